@@ -1,0 +1,255 @@
+//! The receive side: the `Assembler` puts packets back in order, exposes the
+//! contiguous prefix of the stream to the reader, and describes what it holds
+//! as a fence (the next missing sequence number plus a bitmap of what arrived after it).
+
+use std::collections::VecDeque;
+
+/// What became of one arriving packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arrival {
+    /// New, and it extended the contiguous prefix.
+    InOrder,
+    /// New, stored behind a hole.
+    OutOfOrder,
+    /// Already held (or already delivered): the peer resent it.
+    Duplicate,
+    /// Beyond the advertised window: dropped, the sender will resend.
+    BeyondWindow,
+    /// Contradicts the stream's end (data after the FIN, or two different FINs): dropped.
+    Violation,
+}
+
+impl Arrival {
+    pub fn is_new(self) -> bool {
+        matches!(self, Arrival::InOrder | Arrival::OutOfOrder)
+    }
+}
+
+#[derive(Debug)]
+enum Slot {
+    Missing,
+    Data(Vec<u8>),
+    Fin,
+}
+
+#[derive(Debug)]
+pub struct Assembler {
+    /// Next sequence number the stream needs; everything below it was delivered to `readable`.
+    fence_base: u64,
+    /// `slots[i]` holds sequence `fence_base + i`; slot 0 is always missing (or absent).
+    slots: VecDeque<Slot>,
+    /// Packets held in `slots`.
+    held: u64,
+    readable: VecDeque<u8>,
+    fin_seq: Option<u64>,
+    /// The FIN became contiguous: once `readable` drains, reads return end of stream.
+    finished: bool,
+    capacity: usize,
+    max_payload: usize,
+}
+
+impl Assembler {
+    pub fn new(capacity: usize, max_payload: usize) -> Self {
+        Assembler {
+            fence_base: 0,
+            slots: VecDeque::new(),
+            held: 0,
+            readable: VecDeque::new(),
+            fin_seq: None,
+            finished: false,
+            capacity,
+            max_payload: max_payload.max(1),
+        }
+    }
+
+    pub fn fence_base(&self) -> u64 {
+        self.fence_base
+    }
+
+    /// Packets the sender may send, counted from the fence base: whatever buffer
+    /// space is left after the bytes still waiting to be read.
+    pub fn window(&self) -> u32 {
+        let free = self.capacity.saturating_sub(self.readable.len());
+        (free / self.max_payload).min(u32::MAX as usize) as u32
+    }
+
+    pub fn readable_len(&self) -> usize {
+        self.readable.len()
+    }
+
+    /// The peer's FIN arrived and everything before it too.
+    pub fn is_finished(&self) -> bool {
+        self.finished
+    }
+
+    /// Highest sequence number held out of order, if any.
+    pub fn highest_held(&self) -> Option<u64> {
+        (self.held > 0).then(|| self.fence_base + self.slots.len() as u64 - 1)
+    }
+
+    pub fn has_holes(&self) -> bool {
+        self.held > 0
+    }
+
+    pub fn insert(&mut self, seq: u64, payload: &[u8], fin: bool) -> Arrival {
+        if let Some(end) = self.fin_seq {
+            if seq > end || (fin && seq != end) {
+                return Arrival::Violation;
+            }
+        }
+        if seq < self.fence_base {
+            return Arrival::Duplicate;
+        }
+        let offset = seq - self.fence_base;
+        if offset >= self.window() as u64 {
+            return Arrival::BeyondWindow;
+        }
+        let offset = offset as usize;
+        if let Some(Slot::Data(_) | Slot::Fin) = self.slots.get(offset) {
+            return Arrival::Duplicate;
+        }
+        if fin {
+            // A FIN below data we already hold would truncate the stream under it.
+            if self.highest_held().is_some_and(|h| h > seq) {
+                return Arrival::Violation;
+            }
+            self.fin_seq = Some(seq);
+        }
+        if offset == 0 {
+            // The common case: in order, straight to the reader without buffering a copy.
+            if fin {
+                self.finished = true;
+            } else {
+                self.readable.extend(payload);
+            }
+            self.fence_base += 1;
+            self.slots.pop_front();
+            self.drain_contiguous();
+            return Arrival::InOrder;
+        }
+        while self.slots.len() <= offset {
+            self.slots.push_back(Slot::Missing);
+        }
+        self.slots[offset] = if fin { Slot::Fin } else { Slot::Data(payload.to_vec()) };
+        self.held += 1;
+        Arrival::OutOfOrder
+    }
+
+    fn drain_contiguous(&mut self) {
+        while let Some(front) = self.slots.front() {
+            match front {
+                Slot::Missing => break,
+                Slot::Data(_) => {
+                    if let Some(Slot::Data(bytes)) = self.slots.pop_front() {
+                        self.readable.extend(&bytes);
+                    }
+                }
+                Slot::Fin => {
+                    self.slots.pop_front();
+                    self.finished = true;
+                }
+            }
+            self.held -= 1;
+            self.fence_base += 1;
+        }
+    }
+
+    /// Copies readable bytes into `buf`; returns how many.
+    pub fn read(&mut self, buf: &mut [u8]) -> usize {
+        let n = buf.len().min(self.readable.len());
+        let (a, b) = self.readable.as_slices();
+        if n <= a.len() {
+            buf[..n].copy_from_slice(&a[..n]);
+        } else {
+            buf[..a.len()].copy_from_slice(a);
+            buf[a.len()..n].copy_from_slice(&b[..n - a.len()]);
+        }
+        self.readable.drain(..n);
+        n
+    }
+
+    /// Writes the fence bitmap (bit `i` = sequence `fence_base + 1 + i` held) into
+    /// `out`: exactly `exact_bits` wide if given, else just wide enough for the
+    /// highest held packet, capped at `max_bits`.
+    pub fn fence_bitmap(&self, exact_bits: Option<u32>, max_bits: u32, out: &mut Vec<u8>) {
+        out.clear();
+        let needed_bits = match exact_bits {
+            Some(bits) => bits as usize,
+            None => self.slots.len().saturating_sub(1).min(max_bits as usize),
+        };
+        out.resize(needed_bits.div_ceil(8), 0);
+        if self.held == 0 {
+            return;
+        }
+        for (i, slot) in self.slots.iter().skip(1).take(needed_bits).enumerate() {
+            if !matches!(slot, Slot::Missing) {
+                out[i / 8] |= 1 << (i % 8);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bitmap(a: &Assembler, exact: Option<u32>) -> Vec<u8> {
+        let mut out = Vec::new();
+        a.fence_bitmap(exact, 1024, &mut out);
+        out
+    }
+
+    #[test]
+    fn reorders_and_builds_the_fence() {
+        let mut a = Assembler::new(1 << 20, 100);
+        assert_eq!(a.insert(0, b"aa", false), Arrival::InOrder);
+        // 1 is lost; 2, 3 and 5 arrive.
+        assert_eq!(a.insert(2, b"cc", false), Arrival::OutOfOrder);
+        assert_eq!(a.insert(3, b"dd", false), Arrival::OutOfOrder);
+        assert_eq!(a.insert(5, b"ff", false), Arrival::OutOfOrder);
+        assert_eq!(a.insert(3, b"dd", false), Arrival::Duplicate);
+        assert_eq!(a.fence_base(), 1);
+        // Bits for 2, 3, 5 are offsets 0, 1, 3.
+        assert_eq!(bitmap(&a, None), vec![0b1011]);
+        assert_eq!(bitmap(&a, Some(32)), vec![0b1011, 0, 0, 0]);
+        let mut buf = [0u8; 16];
+        assert_eq!(a.read(&mut buf), 2);
+        assert_eq!(&buf[..2], b"aa");
+        assert_eq!(a.insert(1, b"bb", false), Arrival::InOrder);
+        assert_eq!(a.fence_base(), 4, "1, 2 and 3 became contiguous");
+        assert_eq!(bitmap(&a, None), vec![0b1]);
+        assert_eq!(a.read(&mut buf), 6);
+        assert_eq!(&buf[..6], b"bbccdd");
+        assert_eq!(a.insert(0, b"aa", false), Arrival::Duplicate);
+    }
+
+    #[test]
+    fn fin_ends_the_stream_once_contiguous() {
+        let mut a = Assembler::new(1 << 20, 100);
+        assert_eq!(a.insert(1, b"", true), Arrival::OutOfOrder);
+        assert!(!a.is_finished());
+        assert_eq!(a.insert(2, b"late", false), Arrival::Violation, "data after the FIN");
+        assert_eq!(a.insert(0, b"x", false), Arrival::InOrder);
+        assert!(a.is_finished());
+        assert_eq!(a.fence_base(), 2);
+        let mut b = Assembler::new(1 << 20, 100);
+        b.insert(4, b"d", false);
+        assert_eq!(b.insert(2, b"", true), Arrival::Violation, "a FIN below held data");
+    }
+
+    #[test]
+    fn window_bounds_the_buffer() {
+        // Room for 4 packets of 10 bytes.
+        let mut a = Assembler::new(40, 10);
+        assert_eq!(a.window(), 4);
+        assert_eq!(a.insert(4, &[0; 10], false), Arrival::BeyondWindow);
+        for seq in 0..3 {
+            a.insert(seq, &[0; 10], false);
+        }
+        assert_eq!(a.window(), 1, "30 unread bytes leave one packet of room");
+        assert_eq!(a.insert(4, &[0; 10], false), Arrival::BeyondWindow);
+        let mut buf = [0u8; 64];
+        a.read(&mut buf);
+        assert_eq!(a.window(), 4);
+    }
+}

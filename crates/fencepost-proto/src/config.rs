@@ -1,0 +1,186 @@
+//! Transport settings, bundled as profiles: `seed` reproduces the seed article's
+//! protocol, `default` is the modern design. Individual settings can still be
+//! changed on top of a profile.
+
+use crate::congestion::{ControllerConfig, FixedConfig, TahoeConfig};
+use crate::redundancy::RedundancyConfig;
+use crate::time::Duration;
+use crate::wire::DATA_OVERHEAD;
+
+/// How the sender decides an outstanding packet no longer needs sending.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Arq {
+    /// Every packet the fence bitmap reports as received is done; only holes are resent.
+    Fence,
+    /// Only the cumulative part of the ack counts (classic sliding window, go-back-N on timeout).
+    Window,
+}
+
+impl Arq {
+    pub fn name(self) -> &'static str {
+        match self {
+            Arq::Fence => "fence",
+            Arq::Window => "window",
+        }
+    }
+}
+
+/// When data leaves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendPolicy {
+    /// The seed's send loop: every `interval`, send an ack and (re)send every
+    /// unacknowledged packet in the fence. No RTT-driven timers.
+    Tick { interval: Duration },
+    /// Send as soon as the congestion window, the pacer and the peer's receive
+    /// window allow; retransmit on fast-retransmit or RTT-derived timeouts.
+    Continuous,
+}
+
+/// How wide the fence bitmap in an ack is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FenceWidth {
+    /// Always exactly this many bits (the seed: 32).
+    Exact(u32),
+    /// As wide as the highest received packet needs, up to this many bits and
+    /// never more than fits in one datagram.
+    UpTo(u32),
+}
+
+impl FenceWidth {
+    pub fn max_bits(self) -> u32 {
+        match self {
+            FenceWidth::Exact(b) | FenceWidth::UpTo(b) => b,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Profile {
+    Seed,
+    Default,
+}
+
+impl Profile {
+    pub fn name(self) -> &'static str {
+        match self {
+            Profile::Seed => "seed",
+            Profile::Default => "default",
+        }
+    }
+}
+
+/// Everything that shapes one side of a connection.
+#[derive(Clone, Debug)]
+pub struct TransportConfig {
+    pub profile: Profile,
+    /// Largest data payload per packet, in bytes.
+    pub max_payload: u16,
+    pub arq: Arq,
+    pub fence_width: FenceWidth,
+    pub send_policy: SendPolicy,
+    /// `Tick` sends an ack every tick; `Continuous` acks after this many ack-eliciting packets,
+    pub ack_every: u32,
+    /// or after this long, or at once when a hole or a duplicate shows up.
+    pub max_ack_delay: Duration,
+    /// A hole is lost once a packet sent this many transmissions after it is acknowledged.
+    pub reorder_threshold: u64,
+    /// ... or once it is older than this fraction of an RTT beyond the latest acknowledged packet (RFC 9002: 9/8).
+    pub time_threshold: f64,
+    pub initial_rtt: Duration,
+    pub min_rto: Duration,
+    pub max_rto: Duration,
+    /// No packet from the peer for this long ends the connection with a timeout error.
+    pub idle_timeout: Duration,
+    /// Send a keepalive when nothing that elicits an ack was sent for this long (`None`: never).
+    pub keepalive_interval: Option<Duration>,
+    /// Bytes the application may have written and not yet had acknowledged.
+    pub send_buffer: usize,
+    /// Bytes of received data buffered, readable or out of order.
+    pub recv_buffer: usize,
+    /// Each `write` starts a new packet (the seed flushes every message) instead of coalescing the stream.
+    pub packet_per_write: bool,
+    pub controller: ControllerConfig,
+    pub redundancy: RedundancyConfig,
+    /// Keep every RTT sample (for reports); off for long-lived connections.
+    pub record_rtt_samples: bool,
+    /// Record per-packet trace events (see [`crate::TraceEvent`]).
+    pub trace: bool,
+}
+
+impl TransportConfig {
+    /// The seed article's protocol: 256-byte payloads, a 32-packet fence, a 10 ms
+    /// send loop that resends every unacknowledged packet in the fence and sends
+    /// an ack each tick, and a 100 ms idle timeout.
+    pub fn seed() -> Self {
+        TransportConfig {
+            profile: Profile::Seed,
+            max_payload: 256,
+            arq: Arq::Fence,
+            fence_width: FenceWidth::Exact(32),
+            send_policy: SendPolicy::Tick { interval: Duration::from_millis(10) },
+            ack_every: 1,
+            max_ack_delay: Duration::from_millis(10),
+            reorder_threshold: 3,
+            time_threshold: 9.0 / 8.0,
+            initial_rtt: Duration::from_millis(10),
+            min_rto: Duration::from_millis(10),
+            max_rto: Duration::from_millis(10),
+            idle_timeout: Duration::from_millis(100),
+            keepalive_interval: None,
+            send_buffer: 4 << 20,
+            recv_buffer: 4 << 20,
+            packet_per_write: true,
+            controller: ControllerConfig::Fixed(FixedConfig::default().window_packets(32)),
+            redundancy: RedundancyConfig::None,
+            record_rtt_samples: true,
+            trace: false,
+        }
+    }
+
+    /// The modern design: MTU-sized payloads (1500-byte IP packets), RTT-driven
+    /// retransmission, fast retransmit of fence holes, pacing, wide fences.
+    pub fn default_profile() -> Self {
+        TransportConfig {
+            profile: Profile::Default,
+            // 1500-byte IPv4 MTU - 20 (IP) - 8 (UDP) - our data header.
+            max_payload: (1472 - DATA_OVERHEAD) as u16,
+            arq: Arq::Fence,
+            fence_width: FenceWidth::UpTo(8192),
+            send_policy: SendPolicy::Continuous,
+            ack_every: 2,
+            max_ack_delay: Duration::from_millis(5),
+            reorder_threshold: 3,
+            time_threshold: 9.0 / 8.0,
+            initial_rtt: Duration::from_millis(100),
+            min_rto: Duration::from_millis(50),
+            max_rto: Duration::from_secs(4),
+            idle_timeout: Duration::from_secs(30),
+            keepalive_interval: Some(Duration::from_secs(5)),
+            send_buffer: 4 << 20,
+            recv_buffer: 8 << 20,
+            packet_per_write: false,
+            controller: ControllerConfig::Tahoe(TahoeConfig::default()),
+            redundancy: RedundancyConfig::None,
+            record_rtt_samples: true,
+            trace: false,
+        }
+    }
+
+    pub fn for_profile(profile: Profile) -> Self {
+        match profile {
+            Profile::Seed => Self::seed(),
+            Profile::Default => Self::default_profile(),
+        }
+    }
+
+    /// Largest datagram this side sends with its own payload size.
+    pub fn max_datagram(&self) -> usize {
+        DATA_OVERHEAD + self.max_payload as usize
+    }
+}
+
+impl Default for TransportConfig {
+    fn default() -> Self {
+        Self::default_profile()
+    }
+}

@@ -1,0 +1,87 @@
+//! Congestion control: the [`Controller`] trait and the controllers built on it.
+//!
+//! Every hook receives `now`, so a controller never reads a clock. Only
+//! [`Controller::window`] and [`Controller::on_congestion_event`] are required;
+//! the other hooks default to doing nothing. Pacing is one question, "when may
+//! the next packet leave?", answered by [`Controller::earliest_departure_time`].
+
+mod fixed;
+mod pacer;
+mod tahoe;
+
+pub use fixed::{Fixed, FixedConfig};
+pub use pacer::Pacer;
+pub use tahoe::{Tahoe, TahoeConfig};
+
+use crate::rtt::RttEstimator;
+use crate::time::Instant;
+use std::fmt;
+
+/// A congestion controller. Sizes are in bytes of whole datagrams.
+pub trait Controller: fmt::Debug + Send {
+    /// A datagram carrying data left; `bytes_in_flight` includes it.
+    fn on_sent(&mut self, now: Instant, bytes: u64, bytes_in_flight: u64) {
+        let _ = (now, bytes, bytes_in_flight);
+    }
+
+    /// A data packet sent at `sent` was acknowledged for the first time.
+    fn on_ack(&mut self, now: Instant, sent: Instant, bytes: u64, rtt: &RttEstimator) {
+        let _ = (now, sent, bytes, rtt);
+    }
+
+    /// An ack arrived that moved nothing forward while data was outstanding.
+    fn on_duplicate_ack(&mut self, now: Instant) {
+        let _ = now;
+    }
+
+    /// Loss was detected. Called once per recovery episode: `sent` is when the
+    /// first lost packet of the episode left, so a controller can tell episodes apart.
+    fn on_congestion_event(&mut self, now: Instant, sent: Instant, lost_bytes: u64);
+
+    /// The retransmission timer expired: every outstanding packet is presumed lost.
+    fn on_retransmission_timeout(&mut self, now: Instant) {
+        let _ = now;
+    }
+
+    /// Bytes that may be in flight.
+    fn window(&self) -> u64;
+
+    /// Slow-start threshold, for controllers that have one (reported in traces).
+    fn ssthresh(&self) -> Option<u64> {
+        None
+    }
+
+    /// The earliest time the next packet may leave; `None` when not pacing.
+    fn earliest_departure_time(&self) -> Option<Instant> {
+        None
+    }
+
+    /// Short name used in reports and traces.
+    fn name(&self) -> &'static str;
+}
+
+/// Which controller a connection builds, with its settings.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ControllerConfig {
+    /// No congestion control: a fixed window and an optional pacing rate (TCP THERMAL).
+    Fixed(FixedConfig),
+    /// TCP Tahoe: slow start, congestion avoidance, window to one packet on loss.
+    Tahoe(TahoeConfig),
+}
+
+impl ControllerConfig {
+    /// `mss` is the largest datagram the connection sends, the unit of window growth.
+    pub fn build(&self, mss: u64) -> Box<dyn Controller> {
+        match self {
+            ControllerConfig::Fixed(c) => Box::new(Fixed::new(c.clone(), mss)),
+            ControllerConfig::Tahoe(c) => Box::new(Tahoe::new(c.clone(), mss)),
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            ControllerConfig::Fixed(_) => "none",
+            ControllerConfig::Tahoe(_) => "tahoe",
+        }
+    }
+}

@@ -1,0 +1,1123 @@
+//! One side of a connection as a state machine: no I/O, no clock.
+//!
+//! # Driving a connection
+//!
+//! A driver (the simulator, the UDP runtime, a test) repeats:
+//!
+//! 1. feed every datagram that arrived with [`Connection::handle_datagram`];
+//! 2. when the clock passes [`Connection::poll_timeout`], call [`Connection::handle_timeout`]
+//!    (calling it early or twice is harmless);
+//! 3. let the application [`Connection::write`], [`Connection::read`] and [`Connection::close`];
+//! 4. call [`Connection::poll_transmit`] until it returns `None`, sending each datagram;
+//! 5. drain [`Connection::poll_event`];
+//! 6. sleep until [`Connection::poll_timeout`] or the next datagram.
+
+use crate::assembler::{Arrival, Assembler};
+use crate::config::{Arq, FenceWidth, SendPolicy, TransportConfig};
+use crate::congestion::Controller;
+use crate::disassembler::{Acked, Disassembler, SegmentState};
+use crate::redundancy::Redundancy;
+use crate::rtt::RttEstimator;
+use crate::stats::ConnectionStats;
+use crate::time::{Duration, Instant};
+use crate::timer::{Timer, TimerTable};
+use crate::trace::{LossTrigger, TraceEvent};
+use crate::wire::{self, Ack, Body, Close, Handshake, HandshakePhase, Keepalive, Packet, PacketType, Reset, ResetReason};
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::Arc;
+
+/// Which end opened the connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    Client,
+    Server,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    /// Client: Initial sent, no Accept yet. Server: Accept sent, the client not yet heard from since.
+    Handshake,
+    /// Data flows; either direction may already be finished.
+    Established,
+    /// Both directions finished and acknowledged. The connection still answers
+    /// the peer's retransmissions until the peer has been silent for the idle timeout.
+    Closed,
+    /// Closed and quiet: the driver may drop the connection.
+    Drained,
+    /// Ended by an error (see [`Connection::error`]).
+    Lost,
+}
+
+/// Why a connection ended abnormally.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConnectionError {
+    /// Nothing arrived from the peer for the idle timeout.
+    TimedOut { idle: Duration },
+    /// The peer reset the connection.
+    Reset(ResetReason),
+    /// The application reset the connection.
+    LocallyReset,
+}
+
+impl fmt::Display for ConnectionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConnectionError::TimedOut { idle } => {
+                write!(f, "timed out: nothing received from the peer for {:.3} s", idle.as_secs_f64())
+            }
+            ConnectionError::Reset(reason) => write!(f, "reset by the peer ({reason:?})"),
+            ConnectionError::LocallyReset => write!(f, "reset locally"),
+        }
+    }
+}
+
+impl std::error::Error for ConnectionError {}
+
+/// Something the application should know about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// The handshake completed.
+    Connected,
+    /// New bytes can be read.
+    Readable,
+    /// Send-buffer space freed after a `write` took less than it was given.
+    Writable,
+    /// The peer finished its stream and every byte of it arrived; reads end after the buffered bytes.
+    StreamFinished,
+    /// Both directions finished gracefully.
+    Closed,
+    /// The connection ended with an error.
+    ConnectionLost(ConnectionError),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WriteError {
+    /// `close` was called: the stream is finished.
+    Finished,
+    ConnectionLost(ConnectionError),
+}
+
+impl fmt::Display for WriteError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WriteError::Finished => write!(f, "write after close"),
+            WriteError::ConnectionLost(e) => write!(f, "connection lost: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for WriteError {}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReadError {
+    /// Nothing to read yet.
+    WouldBlock,
+    ConnectionLost(ConnectionError),
+}
+
+impl fmt::Display for ReadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReadError::WouldBlock => write!(f, "no data available"),
+            ReadError::ConnectionLost(e) => write!(f, "connection lost: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ReadError {}
+
+/// One datagram written by [`Connection::poll_transmit`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transmit {
+    pub size: usize,
+    pub packet_type: PacketType,
+}
+
+/// The seed send loop's progress through the fence during one tick.
+#[derive(Clone, Copy, Debug, Default)]
+struct TickRound {
+    cursor: u64,
+    limit: u64,
+}
+
+pub struct Connection {
+    config: Arc<TransportConfig>,
+    side: Side,
+    state: State,
+    local_cid: u32,
+    /// 0 until the client learns it from the Accept.
+    peer_cid: u32,
+    /// Timestamps count microseconds from here.
+    epoch: Instant,
+    timers: TimerTable,
+    events: VecDeque<Event>,
+    stats: ConnectionStats,
+    error: Option<ConnectionError>,
+    trace: Vec<TraceEvent>,
+
+    // ---- send side ----
+    disassembler: Disassembler,
+    controller: Box<dyn Controller>,
+    redundancy: Box<dyn Redundancy>,
+    rtt: RttEstimator,
+    rtt_samples: Vec<u32>,
+    /// min(our payload size, the peer's).
+    payload_size: usize,
+    peer_fence_base: u64,
+    peer_window: u64,
+    rto_backoff: u32,
+    /// Start of the current congestion episode: losses of packets sent before it belong to it.
+    recovery_start: Option<Instant>,
+    /// `window` recovery: the sequence number that ends NewReno-style recovery.
+    window_recovery_point: Option<u64>,
+    duplicate_acks: u32,
+    last_ack_eliciting_sent: Instant,
+    last_handshake_sent: Instant,
+    handshake_due: bool,
+    keepalive_due: bool,
+    reset_due: Option<ResetReason>,
+    tick: TickRound,
+    /// A datagram the redundancy stage wants repeated, and how many more times.
+    pending_copy: Option<(Vec<u8>, u32)>,
+    last_sampled_echo: u32,
+    write_blocked: bool,
+
+    // ---- receive side ----
+    assembler: Assembler,
+    ack_now: bool,
+    eliciting_since_ack: u32,
+    /// Timestamp of the latest ack-eliciting packet, echoed in acks, and when it arrived.
+    last_rx_timestamp: u32,
+    last_rx_time: Instant,
+    last_rx_any: Instant,
+    /// `fence_base + window` as last advertised.
+    advertised_edge: u64,
+    bitmap_scratch: Vec<u8>,
+    readable_signalled: bool,
+    finish_signalled: bool,
+}
+
+impl fmt::Debug for Connection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Connection")
+            .field("side", &self.side)
+            .field("state", &self.state)
+            .field("local_cid", &format_args!("{:08x}", self.local_cid))
+            .field("peer_cid", &format_args!("{:08x}", self.peer_cid))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Connection {
+    fn new(config: Arc<TransportConfig>, side: Side, now: Instant, local_cid: u32, peer_cid: u32) -> Self {
+        let continuous = config.send_policy == SendPolicy::Continuous;
+        let mss = config.max_datagram() as u64;
+        let mut timers = TimerTable::default();
+        timers.set(Timer::Idle, now + config.idle_timeout);
+        if let SendPolicy::Tick { interval } = config.send_policy {
+            timers.set(Timer::Tick, now + interval);
+        }
+        let assembler = Assembler::new(config.recv_buffer, config.max_payload as usize);
+        Connection {
+            side,
+            state: State::Handshake,
+            local_cid,
+            peer_cid,
+            // One microsecond back so that no timestamp we send is 0, which means "none".
+            epoch: now - Duration::from_micros(1),
+            timers,
+            events: VecDeque::new(),
+            stats: ConnectionStats::default(),
+            error: None,
+            trace: Vec::new(),
+            disassembler: Disassembler::new(config.send_buffer, config.packet_per_write, continuous),
+            controller: config.controller.build(mss),
+            redundancy: config.redundancy.build(),
+            rtt: RttEstimator::new(config.initial_rtt),
+            rtt_samples: Vec::new(),
+            payload_size: config.max_payload as usize,
+            peer_fence_base: 0,
+            peer_window: 1,
+            rto_backoff: 0,
+            recovery_start: None,
+            window_recovery_point: None,
+            duplicate_acks: 0,
+            last_ack_eliciting_sent: now,
+            last_handshake_sent: now,
+            handshake_due: true,
+            keepalive_due: false,
+            reset_due: None,
+            tick: TickRound::default(),
+            pending_copy: None,
+            last_sampled_echo: 0,
+            write_blocked: false,
+            advertised_edge: assembler.window() as u64,
+            assembler,
+            ack_now: false,
+            eliciting_since_ack: 0,
+            last_rx_timestamp: 0,
+            last_rx_time: now,
+            last_rx_any: now,
+            bitmap_scratch: Vec::new(),
+            readable_signalled: false,
+            finish_signalled: false,
+            config,
+        }
+    }
+
+    /// Opens a connection: the first `poll_transmit` yields the handshake Initial.
+    pub fn client(config: Arc<TransportConfig>, now: Instant, local_cid: u32) -> Self {
+        Connection::new(config, Side::Client, now, local_cid, 0)
+    }
+
+    /// Answers a client's Initial: the first `poll_transmit` yields the Accept.
+    pub fn server(config: Arc<TransportConfig>, now: Instant, local_cid: u32, initial: &Handshake) -> Self {
+        let mut conn = Connection::new(config, Side::Server, now, local_cid, initial.src_cid);
+        conn.take_handshake_parameters(initial);
+        conn.last_rx_timestamp = initial.timestamp;
+        conn.last_rx_time = now;
+        conn.stats.packets_received += 1;
+        conn.stats.bytes_received += wire::HANDSHAKE_LEN as u64;
+        conn
+    }
+
+    // ---- getters ----
+
+    pub fn side(&self) -> Side {
+        self.side
+    }
+    pub fn state(&self) -> State {
+        self.state
+    }
+    pub fn local_cid(&self) -> u32 {
+        self.local_cid
+    }
+    pub fn peer_cid(&self) -> u32 {
+        self.peer_cid
+    }
+    pub fn config(&self) -> &TransportConfig {
+        &self.config
+    }
+    pub fn stats(&self) -> &ConnectionStats {
+        &self.stats
+    }
+    pub fn rtt(&self) -> &RttEstimator {
+        &self.rtt
+    }
+    /// Every RTT sample in microseconds, if `record_rtt_samples` is on.
+    pub fn rtt_samples(&self) -> &[u32] {
+        &self.rtt_samples
+    }
+    pub fn congestion_window(&self) -> u64 {
+        self.controller.window()
+    }
+    pub fn ssthresh(&self) -> Option<u64> {
+        self.controller.ssthresh()
+    }
+    pub fn bytes_in_flight(&self) -> u64 {
+        self.disassembler.bytes_in_flight()
+    }
+    /// Payload bytes per data packet after the handshake settled on the smaller of both sides'.
+    pub fn payload_size(&self) -> usize {
+        self.payload_size
+    }
+    pub fn error(&self) -> Option<&ConnectionError> {
+        self.error.as_ref()
+    }
+    pub fn is_established(&self) -> bool {
+        self.state == State::Established
+    }
+    /// Closed gracefully (draining or drained).
+    pub fn is_closed(&self) -> bool {
+        matches!(self.state, State::Closed | State::Drained)
+    }
+    /// Nothing more will happen: the driver may drop the connection.
+    pub fn is_drained(&self) -> bool {
+        matches!(self.state, State::Drained | State::Lost) && self.reset_due.is_none()
+    }
+    /// Room in the send buffer.
+    pub fn send_capacity(&self) -> usize {
+        if self.disassembler.fin_requested() { 0 } else { self.disassembler.free_space() }
+    }
+    /// Nothing written is left unsent or unacknowledged.
+    pub fn all_acked(&self) -> bool {
+        !self.disassembler.has_outstanding() && !self.disassembler.has_new()
+    }
+    pub fn readable_len(&self) -> usize {
+        self.assembler.readable_len()
+    }
+    /// Takes the trace events recorded since the last call.
+    pub fn drain_trace(&mut self) -> Vec<TraceEvent> {
+        std::mem::take(&mut self.trace)
+    }
+
+    // ---- inputs ----
+
+    /// Handles one datagram addressed to this connection. Malformed, foreign and
+    /// contradictory packets are counted in [`ConnectionStats`] and dropped.
+    pub fn handle_datagram(&mut self, now: Instant, datagram: &[u8]) {
+        let packet = match Packet::parse(datagram) {
+            Ok(p) => p,
+            Err(_) => {
+                self.stats.malformed_packets += 1;
+                return;
+            }
+        };
+        if matches!(self.state, State::Drained | State::Lost) {
+            return;
+        }
+        let is_initial = matches!(packet.body, Body::Handshake(Handshake { phase: HandshakePhase::Initial, .. }));
+        let addressed_here = if is_initial {
+            self.side == Side::Server && matches!(packet.body, Body::Handshake(h) if h.src_cid == self.peer_cid)
+        } else {
+            packet.dst_cid == self.local_cid
+        };
+        if !addressed_here {
+            self.stats.foreign_packets += 1;
+            return;
+        }
+        self.stats.packets_received += 1;
+        self.stats.bytes_received += datagram.len() as u64;
+        self.last_rx_any = now;
+        self.timers.set(Timer::Idle, now + self.config.idle_timeout);
+
+        match packet.body {
+            Body::Handshake(hs) => self.on_handshake(now, &hs),
+            Body::Data(d) => {
+                self.confirm_server(now);
+                let seq = wire::expand_seq(d.seq, self.assembler.fence_base());
+                self.trace_received(now, PacketType::Data, Some(seq), datagram.len());
+                self.on_data(now, seq, d.timestamp, d.payload, false);
+            }
+            Body::Close(c) => {
+                self.confirm_server(now);
+                let seq = wire::expand_seq(c.seq, self.assembler.fence_base());
+                self.trace_received(now, PacketType::Close, Some(seq), datagram.len());
+                self.on_data(now, seq, c.timestamp, &[], true);
+            }
+            Body::Ack(ack) => {
+                self.confirm_server(now);
+                self.trace_received(now, PacketType::Ack, None, datagram.len());
+                self.on_ack(now, &ack);
+            }
+            Body::Keepalive(k) => {
+                self.confirm_server(now);
+                self.trace_received(now, PacketType::Keepalive, None, datagram.len());
+                self.note_ack_eliciting(now, k.timestamp);
+                self.ack_now = true;
+            }
+            Body::Reset(r) => {
+                self.trace_received(now, PacketType::Reset, None, datagram.len());
+                self.lose(ConnectionError::Reset(r.reason));
+            }
+        }
+        self.update_timers(now);
+    }
+
+    /// Handles whatever timers expired by `now`; harmless when called early or twice.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if matches!(self.state, State::Drained | State::Lost) {
+            return;
+        }
+        if self.timers.take_expired(Timer::Idle, now) {
+            if self.state == State::Closed {
+                self.state = State::Drained;
+                self.timers.stop_all();
+            } else {
+                self.lose(ConnectionError::TimedOut { idle: self.config.idle_timeout });
+            }
+            return;
+        }
+        if let Some(deadline) = self.timers.get(Timer::Tick) {
+            if deadline <= now {
+                let SendPolicy::Tick { interval } = self.config.send_policy else { unreachable!("tick timer only runs in the tick policy") };
+                // Keep the loop's phase; if the driver fell far behind, restart from now.
+                let next = deadline + interval;
+                self.timers.set(Timer::Tick, if next <= now { now + interval } else { next });
+                self.on_tick();
+            }
+        }
+        if self.timers.take_expired(Timer::Ack, now) {
+            self.ack_now = true;
+        }
+        if self.timers.take_expired(Timer::LossDetection, now) {
+            self.detect_losses(now);
+        }
+        if self.timers.take_expired(Timer::Retransmit, now) {
+            self.on_retransmission_timeout(now);
+        }
+        if self.timers.take_expired(Timer::Keepalive, now) {
+            self.keepalive_due = true;
+        }
+        self.timers.take_expired(Timer::Pacing, now);
+        self.update_timers(now);
+    }
+
+    // ---- commands ----
+
+    /// Queues as much of `data` as the send buffer has room for; returns how much.
+    /// Returns `Ok(0)` when the buffer is full ([`Event::Writable`] follows when it drains).
+    pub fn write(&mut self, data: &[u8]) -> Result<usize, WriteError> {
+        if let Some(e) = &self.error {
+            return Err(WriteError::ConnectionLost(e.clone()));
+        }
+        if self.disassembler.fin_requested() {
+            return Err(WriteError::Finished);
+        }
+        let n = self.disassembler.write(data);
+        self.stats.bytes_written += n as u64;
+        if n < data.len() {
+            self.write_blocked = true;
+        }
+        Ok(n)
+    }
+
+    /// Reads buffered bytes in order. `Ok(0)` means the peer finished its stream
+    /// and everything was read; [`ReadError::WouldBlock`] means nothing yet.
+    pub fn read(&mut self, buf: &mut [u8]) -> Result<usize, ReadError> {
+        let n = self.assembler.read(buf);
+        if n > 0 {
+            self.stats.bytes_read += n as u64;
+            if self.assembler.readable_len() == 0 {
+                self.readable_signalled = false;
+            }
+            // The window reopened by half the buffer: tell a sender that may be waiting on it.
+            let edge = self.assembler.fence_base() + self.assembler.window() as u64;
+            let capacity = (self.config.recv_buffer / self.config.max_payload as usize) as u64;
+            if edge >= self.advertised_edge + (capacity / 2).max(1) {
+                self.ack_now = true;
+            }
+            return Ok(n);
+        }
+        self.readable_signalled = false;
+        if self.assembler.is_finished() {
+            return Ok(0);
+        }
+        match &self.error {
+            Some(e) => Err(ReadError::ConnectionLost(e.clone())),
+            None => Err(ReadError::WouldBlock),
+        }
+    }
+
+    /// Finishes this side's stream: a FIN follows the data already written. The
+    /// connection closes once both FINs are acknowledged ([`Event::Closed`]).
+    pub fn close(&mut self, now: Instant) {
+        if self.state == State::Lost {
+            return;
+        }
+        self.disassembler.finish();
+        self.update_timers(now);
+    }
+
+    /// Aborts the connection: the peer is sent a reset, unread and unsent data is discarded.
+    pub fn reset(&mut self, now: Instant) {
+        if matches!(self.state, State::Lost | State::Drained) {
+            return;
+        }
+        if self.peer_cid != 0 {
+            self.reset_due = Some(ResetReason::Aborted);
+        }
+        self.lose(ConnectionError::LocallyReset);
+        self.update_timers(now);
+    }
+
+    // ---- outputs ----
+
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.timers.next()
+    }
+
+    /// Writes the next datagram to send into `buf` (which must hold at least
+    /// `config().max_datagram()` bytes). `None` when nothing may be sent now.
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        if let Some(reason) = self.reset_due.take() {
+            let packet = Packet { dst_cid: self.peer_cid, body: Body::Reset(Reset { reason }) };
+            self.stats.resets_sent += 1;
+            return self.emit(now, &packet, buf, None, false);
+        }
+        if matches!(self.state, State::Drained | State::Lost) {
+            return None;
+        }
+        if let Some((datagram, remaining)) = &mut self.pending_copy {
+            let size = datagram.len();
+            buf.get_mut(..size)?.copy_from_slice(datagram);
+            *remaining -= 1;
+            if *remaining == 0 {
+                self.pending_copy = None;
+            }
+            self.stats.packets_sent += 1;
+            self.stats.bytes_sent += size as u64;
+            self.stats.redundant_packets_sent += 1;
+            return Some(Transmit { size, packet_type: PacketType::Data });
+        }
+        if self.handshake_due {
+            self.handshake_due = false;
+            self.last_handshake_sent = now;
+            let transmit = self.emit_handshake(now, buf);
+            self.update_timers(now);
+            return transmit;
+        }
+        if self.state == State::Handshake {
+            return None;
+        }
+        if self.ack_now {
+            return self.emit_ack(now, buf);
+        }
+        if self.keepalive_due {
+            self.keepalive_due = false;
+            self.last_ack_eliciting_sent = now;
+            let packet = Packet { dst_cid: self.peer_cid, body: Body::Keepalive(Keepalive { timestamp: self.timestamp(now) }) };
+            self.stats.keepalives_sent += 1;
+            let transmit = self.emit(now, &packet, buf, None, false);
+            self.update_timers(now);
+            return transmit;
+        }
+        let transmit = match self.config.send_policy {
+            SendPolicy::Tick { .. } => self.poll_tick_data(now, buf),
+            SendPolicy::Continuous => self.poll_continuous_data(now, buf),
+        };
+        if transmit.is_some() {
+            self.update_timers(now);
+        }
+        transmit
+    }
+
+    // ---- internals: receiving ----
+
+    fn take_handshake_parameters(&mut self, hs: &Handshake) {
+        self.payload_size = (self.config.max_payload as usize).min(hs.max_payload as usize);
+        self.peer_window = hs.window as u64;
+    }
+
+    fn on_handshake(&mut self, now: Instant, hs: &Handshake) {
+        self.trace_received(now, PacketType::Handshake, None, wire::HANDSHAKE_LEN);
+        match (self.side, hs.phase) {
+            (Side::Server, HandshakePhase::Initial) => {
+                // The client has not seen our Accept yet.
+                if self.state == State::Handshake {
+                    self.note_ack_eliciting(now, hs.timestamp);
+                    self.handshake_due = true;
+                }
+            }
+            (Side::Client, HandshakePhase::Accept) => {
+                if self.state == State::Handshake {
+                    self.peer_cid = hs.src_cid;
+                    self.take_handshake_parameters(hs);
+                    self.take_rtt_sample(now, hs.echo_timestamp, 0);
+                    self.state = State::Established;
+                    self.rto_backoff = 0;
+                    self.events.push_back(Event::Connected);
+                }
+                // Confirm (again: the server resends its Accept until it hears from us).
+                self.ack_now = true;
+            }
+            _ => self.stats.protocol_violations += 1,
+        }
+    }
+
+    /// The server's handshake completes on the first packet that uses its connection id.
+    fn confirm_server(&mut self, _now: Instant) {
+        if self.side == Side::Server && self.state == State::Handshake {
+            self.state = State::Established;
+            self.handshake_due = false;
+            self.rto_backoff = 0;
+            self.events.push_back(Event::Connected);
+        }
+    }
+
+    fn note_ack_eliciting(&mut self, now: Instant, timestamp: u32) {
+        self.last_rx_timestamp = timestamp;
+        self.last_rx_time = now;
+    }
+
+    fn on_data(&mut self, now: Instant, seq: u64, timestamp: u32, payload: &[u8], fin: bool) {
+        if self.state == State::Handshake {
+            // A client cannot get data before the Accept that names the server.
+            self.stats.protocol_violations += 1;
+            return;
+        }
+        self.stats.data_packets_received += 1;
+        self.note_ack_eliciting(now, timestamp);
+        if payload.len() > self.config.max_payload as usize {
+            self.stats.protocol_violations += 1;
+            return;
+        }
+        let base_before = self.assembler.fence_base();
+        let arrival = self.assembler.insert(seq, payload, fin);
+        let continuous = self.config.send_policy == SendPolicy::Continuous;
+        match arrival {
+            Arrival::InOrder => {
+                self.eliciting_since_ack += 1;
+                if continuous {
+                    // RFC 9000 (13.2.1) style: ack every few packets, at once when the fence has holes.
+                    if fin || self.assembler.has_holes() || self.eliciting_since_ack >= self.config.ack_every {
+                        self.ack_now = true;
+                    } else if self.timers.get(Timer::Ack).is_none() {
+                        self.timers.set(Timer::Ack, now + self.config.max_ack_delay);
+                    }
+                }
+            }
+            Arrival::OutOfOrder => self.ack_now |= continuous,
+            Arrival::Duplicate => {
+                self.stats.duplicate_packets_received += 1;
+                // The sender resent something we hold: our acks are getting lost.
+                self.ack_now |= continuous;
+            }
+            Arrival::BeyondWindow => {
+                self.stats.beyond_window_packets += 1;
+                self.ack_now |= continuous;
+            }
+            Arrival::Violation => self.stats.protocol_violations += 1,
+        }
+        if self.config.trace && self.assembler.fence_base() > base_before {
+            self.trace.push(TraceEvent::StreamDelivered {
+                time: now,
+                fence_base: self.assembler.fence_base(),
+                bytes: self.stats.bytes_read + self.assembler.readable_len() as u64,
+            });
+        }
+        if self.assembler.readable_len() > 0 && !self.readable_signalled {
+            self.readable_signalled = true;
+            self.events.push_back(Event::Readable);
+        }
+        if self.assembler.is_finished() && !self.finish_signalled {
+            self.finish_signalled = true;
+            self.events.push_back(Event::StreamFinished);
+        }
+        self.check_closed(now);
+    }
+
+    fn take_rtt_sample(&mut self, now: Instant, echo: u32, ack_delay: u32) {
+        if echo == 0 || echo == self.last_sampled_echo {
+            return;
+        }
+        self.last_sampled_echo = echo;
+        let raw = self.timestamp(now).wrapping_sub(echo) as u64;
+        // A timestamp from the future (or more than ~35 minutes old) is not a sample.
+        if raw >= 1 << 31 {
+            return;
+        }
+        let ack_delay = ack_delay as u64;
+        // RFC 9002 (5.3): subtract the peer's ack delay unless that would go below the minimum seen.
+        let sample = if raw >= ack_delay + self.rtt.min().total_micros().min(raw) { raw - ack_delay } else { raw };
+        let sample = sample.max(1);
+        self.rtt.update(Duration::from_micros(sample));
+        if self.config.record_rtt_samples {
+            self.rtt_samples.push(sample.min(u32::MAX as u64) as u32);
+        }
+    }
+
+    fn on_ack(&mut self, now: Instant, ack: &Ack<'_>) {
+        if self.state == State::Handshake {
+            self.stats.protocol_violations += 1;
+            return;
+        }
+        self.stats.acks_received += 1;
+        let lowest = self.disassembler.lowest_unacked();
+        let fence_base = wire::expand_seq(ack.fence_base, lowest);
+        if fence_base > self.disassembler.next_seq() {
+            // Acknowledges packets never sent.
+            self.stats.protocol_violations += 1;
+            return;
+        }
+        if fence_base >= self.peer_fence_base {
+            self.peer_fence_base = fence_base;
+            self.peer_window = ack.window as u64;
+        }
+        self.take_rtt_sample(now, ack.echo_timestamp, ack.ack_delay);
+
+        let mut newly_acked = 0u64;
+        {
+            let Connection { disassembler, controller, rtt, .. } = self;
+            let mut on_acked = |a: Acked| {
+                newly_acked += 1;
+                if a.was_in_flight {
+                    controller.on_ack(now, a.sent, a.bytes, rtt);
+                }
+            };
+            disassembler.ack_below(fence_base, &mut on_acked);
+            if self.config.arq == Arq::Fence {
+                disassembler.ack_offsets(fence_base, ack.received_offsets(), &mut on_acked);
+            }
+        }
+        if self.config.trace {
+            let bitmap_received = ack.received_offsets().count() as u32;
+            self.trace.push(TraceEvent::AckReceived { time: now, fence_base, bitmap_received, newly_acked });
+        }
+        if newly_acked > 0 {
+            self.rto_backoff = 0;
+        }
+
+        let advanced = fence_base > lowest;
+        let duplicate = !advanced && fence_base == lowest && self.disassembler.has_outstanding();
+        if duplicate {
+            self.stats.duplicate_acks_received += 1;
+            self.controller.on_duplicate_ack(now);
+        }
+        if self.config.send_policy == SendPolicy::Continuous {
+            match self.config.arq {
+                Arq::Fence => self.detect_losses(now),
+                Arq::Window => self.window_recovery(now, advanced, duplicate),
+            }
+        }
+        if newly_acked > 0 {
+            self.trace_metrics(now);
+        }
+        if self.write_blocked && self.send_capacity() > 0 {
+            self.write_blocked = false;
+            self.events.push_back(Event::Writable);
+        }
+        self.check_closed(now);
+    }
+
+    /// `window` recovery knows only the cumulative ack: three duplicates resend the
+    /// first missing packet; each partial ack during recovery resends the next (RFC 6582).
+    fn window_recovery(&mut self, now: Instant, advanced: bool, duplicate: bool) {
+        let lowest = self.disassembler.lowest_unacked();
+        if advanced {
+            self.duplicate_acks = 0;
+            if let Some(point) = self.window_recovery_point {
+                if lowest < point {
+                    self.resend_first_hole(now, LossTrigger::DuplicateAcks);
+                } else {
+                    self.window_recovery_point = None;
+                }
+            }
+        } else if duplicate {
+            self.duplicate_acks += 1;
+            if self.duplicate_acks as u64 == self.config.reorder_threshold && self.window_recovery_point.is_none() {
+                if self.resend_first_hole(now, LossTrigger::DuplicateAcks) {
+                    self.window_recovery_point = Some(self.disassembler.next_seq());
+                }
+            }
+        }
+    }
+
+    fn resend_first_hole(&mut self, now: Instant, trigger: LossTrigger) -> bool {
+        let seq = self.disassembler.lowest_unacked();
+        let Some(sent) = self.disassembler.last_sent(seq) else { return false };
+        if !self.disassembler.mark_lost(seq) {
+            return false;
+        }
+        let bytes = self.config.max_datagram() as u64;
+        self.stats.packets_lost += 1;
+        self.trace_loss(now, Some(seq), trigger, 1);
+        self.congestion_event(now, sent, bytes);
+        true
+    }
+
+    fn detect_losses(&mut self, now: Instant) {
+        if self.config.arq != Arq::Fence || self.config.send_policy != SendPolicy::Continuous {
+            return;
+        }
+        let rtt = self.rtt.get().max(self.rtt.latest());
+        let loss_delay = rtt.mul_f64(self.config.time_threshold).max(Duration::from_millis(1));
+        let losses = self.disassembler.detect_losses(now, self.config.reorder_threshold, loss_delay);
+        self.timers.put(Timer::LossDetection, losses.next_check);
+        if losses.packets > 0 {
+            self.stats.packets_lost += losses.packets;
+            self.trace_loss(now, None, LossTrigger::ReorderingThreshold, losses.packets);
+            let sent = losses.earliest_sent.unwrap_or(now);
+            self.congestion_event(now, sent, losses.bytes);
+        }
+    }
+
+    /// One call per episode: losses of packets sent before the episode began belong to it.
+    fn congestion_event(&mut self, now: Instant, sent: Instant, lost_bytes: u64) {
+        if self.recovery_start.is_some_and(|start| sent <= start) {
+            return;
+        }
+        self.recovery_start = Some(now);
+        self.stats.congestion_events += 1;
+        self.controller.on_congestion_event(now, sent, lost_bytes);
+        self.trace_metrics(now);
+    }
+
+    fn on_retransmission_timeout(&mut self, now: Instant) {
+        match self.state {
+            State::Handshake => {
+                self.handshake_due = true;
+                self.rto_backoff += 1;
+            }
+            State::Established | State::Closed => {
+                let lost = self.disassembler.on_retransmission_timeout();
+                if lost > 0 {
+                    self.stats.packets_lost += lost;
+                    self.stats.retransmission_timeouts += 1;
+                    self.trace_loss(now, None, LossTrigger::Timeout, lost);
+                    self.controller.on_retransmission_timeout(now);
+                    self.recovery_start = Some(now);
+                    self.window_recovery_point = None;
+                    self.duplicate_acks = 0;
+                    self.trace_metrics(now);
+                } else {
+                    // Nothing in flight but data waits on the peer's window: probe it.
+                    self.keepalive_due = true;
+                }
+                self.rto_backoff += 1;
+            }
+            State::Drained | State::Lost => {}
+        }
+    }
+
+    fn on_tick(&mut self) {
+        match self.state {
+            State::Handshake => self.handshake_due = true,
+            State::Established | State::Closed => {
+                self.ack_now = true;
+                let lowest = self.disassembler.lowest_unacked();
+                let mss = self.config.max_datagram() as u64;
+                let fence = self.config.fence_width.max_bits() as u64;
+                let cwnd_packets = (self.controller.window() / mss).max(1);
+                let flow_limit = self.peer_fence_base + self.peer_window;
+                self.tick = TickRound { cursor: lowest, limit: (lowest + fence.min(cwnd_packets)).min(flow_limit) };
+                if self.tick.limit <= lowest && self.disassembler.has_new() {
+                    // The peer's window is closed; the tick ack from it will reopen it.
+                    self.keepalive_due = true;
+                }
+            }
+            State::Drained | State::Lost => {}
+        }
+    }
+
+    fn check_closed(&mut self, now: Instant) {
+        if self.state == State::Established && self.disassembler.fin_acked() && self.assembler.is_finished() {
+            self.state = State::Closed;
+            self.events.push_back(Event::Closed);
+            // Linger until the peer has been quiet for the idle timeout, answering its retransmissions.
+            self.timers.set(Timer::Idle, self.last_rx_any.max(now) + self.config.idle_timeout);
+        }
+    }
+
+    fn lose(&mut self, error: ConnectionError) {
+        if self.error.is_none() {
+            self.error = Some(error.clone());
+            self.events.push_back(Event::ConnectionLost(error));
+        }
+        self.state = State::Lost;
+        self.timers.stop_all();
+        self.pending_copy = None;
+    }
+
+    // ---- internals: sending ----
+
+    fn timestamp(&self, now: Instant) -> u32 {
+        let t = (now - self.epoch).total_micros() as u32;
+        if t == 0 { 1 } else { t }
+    }
+
+    fn emit(&mut self, now: Instant, packet: &Packet<'_>, buf: &mut [u8], seq: Option<u64>, retransmission: bool) -> Option<Transmit> {
+        let size = packet.emit(buf).ok()?;
+        self.stats.packets_sent += 1;
+        self.stats.bytes_sent += size as u64;
+        let packet_type = packet.packet_type();
+        if self.config.trace {
+            self.trace.push(TraceEvent::PacketSent { time: now, packet_type, seq, size, retransmission });
+        }
+        Some(Transmit { size, packet_type })
+    }
+
+    fn emit_handshake(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        let (phase, dst_cid) = match self.side {
+            Side::Client => (HandshakePhase::Initial, 0),
+            Side::Server => (HandshakePhase::Accept, self.peer_cid),
+        };
+        let echo_timestamp = if self.side == Side::Server { self.last_rx_timestamp } else { 0 };
+        let hs = Handshake {
+            phase,
+            src_cid: self.local_cid,
+            timestamp: self.timestamp(now),
+            echo_timestamp,
+            max_payload: self.config.max_payload,
+            window: self.assembler.window(),
+        };
+        self.stats.handshakes_sent += 1;
+        self.emit(now, &Packet { dst_cid, body: Body::Handshake(hs) }, buf, None, false)
+    }
+
+    fn emit_ack(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        let room_bits = (buf.len().min(self.config.max_datagram()).saturating_sub(wire::ACK_FIXED_LEN) * 8) as u32;
+        let (exact, max_bits) = match self.config.fence_width {
+            FenceWidth::Exact(bits) => (Some(bits.min(room_bits)), bits),
+            FenceWidth::UpTo(bits) => (None, bits.min(room_bits)),
+        };
+        let mut bitmap = std::mem::take(&mut self.bitmap_scratch);
+        self.assembler.fence_bitmap(exact, max_bits, &mut bitmap);
+        let ack_delay = if self.last_rx_timestamp == 0 {
+            0
+        } else {
+            (now - self.last_rx_time).total_micros().min(u32::MAX as u64) as u32
+        };
+        let window = self.assembler.window();
+        let fence_base = self.assembler.fence_base();
+        let packet = Packet {
+            dst_cid: self.peer_cid,
+            body: Body::Ack(Ack { fence_base: fence_base as u32, echo_timestamp: self.last_rx_timestamp, ack_delay, window, bitmap: &bitmap }),
+        };
+        let transmit = self.emit(now, &packet, buf, None, false);
+        self.bitmap_scratch = bitmap;
+        self.stats.acks_sent += 1;
+        self.ack_now = false;
+        self.eliciting_since_ack = 0;
+        self.timers.stop(Timer::Ack);
+        self.advertised_edge = fence_base + window as u64;
+        transmit
+    }
+
+    fn emit_segment(&mut self, now: Instant, seq: u64, buf: &mut [u8]) -> Option<Transmit> {
+        let payload_room = buf.len().checked_sub(wire::DATA_OVERHEAD)?;
+        let (len, fin) = self.disassembler.copy_payload(seq, &mut buf[wire::DATA_OVERHEAD..][..payload_room.min(u16::MAX as usize)]);
+        let timestamp = self.timestamp(now);
+        let size = if fin {
+            Packet { dst_cid: self.peer_cid, body: Body::Close(Close { seq: seq as u32, timestamp }) }.emit(buf).ok()?
+        } else {
+            wire::emit_data_header_in_place(buf, self.peer_cid, seq as u32, timestamp, len).ok()?
+        };
+        let retransmission = self.disassembler.on_transmit(seq, now);
+        self.controller.on_sent(now, size as u64, self.disassembler.bytes_in_flight());
+        self.stats.packets_sent += 1;
+        self.stats.bytes_sent += size as u64;
+        self.stats.data_packets_sent += 1;
+        if retransmission {
+            self.stats.retransmissions += 1;
+        }
+        self.last_ack_eliciting_sent = now;
+        let packet_type = if fin { PacketType::Close } else { PacketType::Data };
+        if self.config.trace {
+            self.trace.push(TraceEvent::PacketSent { time: now, packet_type, seq: Some(seq), size, retransmission });
+        }
+        let copies = self.redundancy.extra_copies(now, seq, retransmission);
+        if copies > 0 {
+            self.pending_copy = Some((buf[..size].to_vec(), copies));
+        }
+        Some(Transmit { size, packet_type })
+    }
+
+    fn flow_control_allows_new(&self) -> bool {
+        self.disassembler.next_seq() < self.peer_fence_base + self.peer_window
+    }
+
+    fn poll_continuous_data(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        let has_retransmission = self.disassembler.has_retransmissions();
+        let has_new = self.disassembler.has_new() && self.flow_control_allows_new();
+        if !has_retransmission && !has_new {
+            return None;
+        }
+        if let Some(departure) = self.controller.earliest_departure_time() {
+            if departure > now {
+                self.timers.set(Timer::Pacing, departure);
+                return None;
+            }
+        }
+        let in_flight = self.disassembler.bytes_in_flight();
+        if in_flight > 0 && in_flight + self.config.max_datagram() as u64 > self.controller.window() {
+            return None;
+        }
+        let payload = self.payload_size.min(buf.len().saturating_sub(wire::DATA_OVERHEAD));
+        let seq = match self.disassembler.pop_retransmission() {
+            Some(seq) => seq,
+            None if has_new => self.disassembler.new_segment(payload)?,
+            None => return None,
+        };
+        self.emit_segment(now, seq, buf)
+    }
+
+    fn poll_tick_data(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        let payload = self.payload_size.min(buf.len().saturating_sub(wire::DATA_OVERHEAD));
+        while self.tick.cursor < self.tick.limit {
+            let seq = self.tick.cursor;
+            self.tick.cursor += 1;
+            match self.disassembler.state(seq) {
+                Some(SegmentState::Acked) => continue,
+                Some(_) => {
+                    if let Some(sent) = self.disassembler.last_sent(seq) {
+                        // The send loop resends whatever the fence still shows missing.
+                        self.stats.packets_lost += 1;
+                        self.trace_loss(now, Some(seq), LossTrigger::Tick, 1);
+                        self.congestion_event(now, sent, self.config.max_datagram() as u64);
+                    }
+                    return self.emit_segment(now, seq, buf);
+                }
+                None => match self.disassembler.new_segment(payload) {
+                    Some(new_seq) => {
+                        debug_assert_eq!(new_seq, seq);
+                        return self.emit_segment(now, new_seq, buf);
+                    }
+                    None => {
+                        self.tick.cursor = self.tick.limit;
+                        return None;
+                    }
+                },
+            }
+        }
+        None
+    }
+
+    /// Recomputes the deadlines that depend on the send state.
+    fn update_timers(&mut self, now: Instant) {
+        match self.state {
+            State::Drained | State::Lost => {
+                self.timers.stop_all();
+                return;
+            }
+            _ => {}
+        }
+        let continuous = self.config.send_policy == SendPolicy::Continuous;
+        let rto = self.rtt.rto(self.config.max_ack_delay, self.config.min_rto, self.config.max_rto);
+        let backed_off = rto.saturating_mul(1 << self.rto_backoff.min(16)).min(self.config.max_rto.max(rto));
+        let retransmit = match self.state {
+            State::Handshake if continuous => Some(self.last_handshake_sent + backed_off),
+            State::Established | State::Closed if continuous => {
+                if let Some(oldest) = self.disassembler.oldest_in_flight() {
+                    Some(oldest + backed_off)
+                } else if self.disassembler.has_new() && !self.flow_control_allows_new() {
+                    Some(self.last_ack_eliciting_sent.max(now - backed_off) + backed_off)
+                } else {
+                    None
+                }
+            }
+            _ => None,
+        };
+        self.timers.put(Timer::Retransmit, retransmit);
+        let keepalive = match (self.state, self.config.keepalive_interval) {
+            (State::Established, Some(interval)) if continuous => Some(self.last_ack_eliciting_sent + interval),
+            _ => None,
+        };
+        self.timers.put(Timer::Keepalive, keepalive);
+        if self.disassembler.bytes_in_flight() == 0 || self.config.arq != Arq::Fence {
+            self.timers.stop(Timer::LossDetection);
+        }
+    }
+
+    // ---- internals: tracing ----
+
+    fn trace_received(&mut self, now: Instant, packet_type: PacketType, seq: Option<u64>, size: usize) {
+        if self.config.trace {
+            self.trace.push(TraceEvent::PacketReceived { time: now, packet_type, seq, size });
+        }
+    }
+
+    fn trace_loss(&mut self, now: Instant, seq: Option<u64>, trigger: LossTrigger, count: u64) {
+        if self.config.trace {
+            self.trace.push(TraceEvent::PacketLost { time: now, seq, trigger, count });
+        }
+    }
+
+    fn trace_metrics(&mut self, now: Instant) {
+        if self.config.trace {
+            self.trace.push(TraceEvent::MetricsUpdated {
+                time: now,
+                congestion_window: self.controller.window(),
+                ssthresh: self.controller.ssthresh(),
+                bytes_in_flight: self.disassembler.bytes_in_flight(),
+                smoothed_rtt: self.rtt.get(),
+                latest_rtt: self.rtt.latest(),
+            });
+        }
+    }
+}

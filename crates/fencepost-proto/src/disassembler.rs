@@ -1,0 +1,506 @@
+//! The send side: the `Disassembler` cuts the application's byte stream into
+//! packets, remembers what each packet carried until the peer holds it, and
+//! picks what to send next: holes to resend first, then new data.
+//!
+//! Packets keep their sequence number when resent. Each transmission also gets
+//! a number of its own, in sending order, so loss detection can ask "was
+//! something sent after this transmission acknowledged?" exactly as RFC 9002
+//! asks it of QUIC packet numbers.
+
+use crate::time::{Duration, Instant};
+use crate::wire::{CLOSE_LEN, DATA_OVERHEAD};
+use std::collections::VecDeque;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SegmentState {
+    /// Sent, not acknowledged, not presumed lost.
+    InFlight,
+    /// Presumed lost, waiting in the retransmission queue.
+    Lost,
+    /// The peer holds it.
+    Acked,
+}
+
+#[derive(Clone, Debug)]
+struct Segment {
+    /// Stream offset of the first payload byte.
+    offset: u64,
+    len: u32,
+    fin: bool,
+    state: SegmentState,
+    transmissions: u32,
+    /// Transmission number of the latest transmission.
+    last_tx: u64,
+    last_sent: Instant,
+}
+
+impl Segment {
+    fn wire_bytes(&self) -> u64 {
+        if self.fin { CLOSE_LEN as u64 } else { (DATA_OVERHEAD as u64) + self.len as u64 }
+    }
+}
+
+/// What one loss-detection pass found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Losses {
+    pub packets: u64,
+    pub bytes: u64,
+    /// When the earliest of the newly lost transmissions left.
+    pub earliest_sent: Option<Instant>,
+    /// When the oldest not-yet-lost candidate will cross the time threshold.
+    pub next_check: Option<Instant>,
+}
+
+/// A segment the peer newly acknowledged.
+#[derive(Clone, Copy, Debug)]
+pub struct Acked {
+    pub seq: u64,
+    pub sent: Instant,
+    pub bytes: u64,
+    /// It was counted in flight (not already presumed lost).
+    pub was_in_flight: bool,
+}
+
+#[derive(Debug)]
+pub struct Disassembler {
+    /// Bytes from `stream_base` on: unacknowledged packets' payloads, then unsent bytes.
+    stream: VecDeque<u8>,
+    stream_base: u64,
+    /// Stream offset up to which bytes belong to packets.
+    segmented_upto: u64,
+    /// With `packet_per_write`: stream offsets where a write ended and a packet must end too.
+    write_ends: VecDeque<u64>,
+    packet_per_write: bool,
+    capacity: usize,
+    fin_requested: bool,
+    fin_seq: Option<u64>,
+    /// `segments[i]` is sequence `seg_base + i`; the front is never acknowledged.
+    segments: VecDeque<Segment>,
+    seg_base: u64,
+    next_tx: u64,
+    /// (transmission number, seq) in sending order, for loss detection and the
+    /// retransmission timer. Entries go stale when the packet is acknowledged or
+    /// resent; stale entries are skipped and dropped lazily.
+    tx_order: VecDeque<(u64, u64)>,
+    track_tx_order: bool,
+    retransmit_queue: VecDeque<u64>,
+    bytes_in_flight: u64,
+    largest_acked_tx: Option<u64>,
+}
+
+impl Disassembler {
+    pub fn new(capacity: usize, packet_per_write: bool, track_tx_order: bool) -> Self {
+        Disassembler {
+            stream: VecDeque::new(),
+            stream_base: 0,
+            segmented_upto: 0,
+            write_ends: VecDeque::new(),
+            packet_per_write,
+            capacity,
+            fin_requested: false,
+            fin_seq: None,
+            segments: VecDeque::new(),
+            seg_base: 0,
+            next_tx: 0,
+            tx_order: VecDeque::new(),
+            track_tx_order,
+            retransmit_queue: VecDeque::new(),
+            bytes_in_flight: 0,
+            largest_acked_tx: None,
+        }
+    }
+
+    // ---- getters ----
+
+    /// Lowest sequence number the peer does not hold (as far as we know).
+    pub fn lowest_unacked(&self) -> u64 {
+        self.seg_base
+    }
+    /// The sequence number the next new packet will get.
+    pub fn next_seq(&self) -> u64 {
+        self.seg_base + self.segments.len() as u64
+    }
+    pub fn bytes_in_flight(&self) -> u64 {
+        self.bytes_in_flight
+    }
+    /// Bytes written and not yet put in a packet.
+    pub fn unsent_bytes(&self) -> u64 {
+        self.stream_base + self.stream.len() as u64 - self.segmented_upto
+    }
+    /// Room left in the send buffer.
+    pub fn free_space(&self) -> usize {
+        self.capacity.saturating_sub(self.stream.len())
+    }
+    /// Something new (data or the FIN) is waiting to be sent.
+    pub fn has_new(&self) -> bool {
+        self.unsent_bytes() > 0 || (self.fin_requested && self.fin_seq.is_none())
+    }
+    pub fn has_retransmissions(&self) -> bool {
+        !self.retransmit_queue.is_empty()
+    }
+    pub fn has_outstanding(&self) -> bool {
+        !self.segments.is_empty()
+    }
+    pub fn fin_requested(&self) -> bool {
+        self.fin_requested
+    }
+    /// The FIN was sent and the peer acknowledged it and everything before it.
+    pub fn fin_acked(&self) -> bool {
+        self.fin_seq.is_some_and(|f| f < self.seg_base)
+    }
+    pub fn state(&self, seq: u64) -> Option<SegmentState> {
+        let index = seq.checked_sub(self.seg_base)?;
+        self.segments.get(index as usize).map(|s| s.state)
+    }
+    /// When the latest transmission of `seq` left.
+    pub fn last_sent(&self, seq: u64) -> Option<Instant> {
+        seq.checked_sub(self.seg_base)
+            .and_then(|i| self.segments.get(i as usize))
+            .filter(|s| s.transmissions > 0)
+            .map(|s| s.last_sent)
+    }
+    pub fn transmissions(&self, seq: u64) -> u32 {
+        seq.checked_sub(self.seg_base)
+            .and_then(|i| self.segments.get(i as usize))
+            .map_or(0, |s| s.transmissions)
+    }
+
+    // ---- commands from the application ----
+
+    /// Accepts as much of `data` as the send buffer has room for.
+    pub fn write(&mut self, data: &[u8]) -> usize {
+        if self.fin_requested {
+            return 0;
+        }
+        let n = data.len().min(self.free_space());
+        if n == 0 {
+            return 0;
+        }
+        self.stream.extend(&data[..n]);
+        if self.packet_per_write {
+            self.write_ends.push_back(self.stream_base + self.stream.len() as u64);
+        }
+        n
+    }
+
+    /// No more data: a FIN follows the bytes already written.
+    pub fn finish(&mut self) {
+        self.fin_requested = true;
+    }
+
+    // ---- choosing what to send ----
+
+    /// Cuts the next packet from the unsent bytes (or the FIN) and returns its sequence number.
+    pub fn new_segment(&mut self, max_payload: usize) -> Option<u64> {
+        let unsent = self.unsent_bytes();
+        let seq = self.next_seq();
+        let segment = if unsent > 0 {
+            let mut len = unsent.min(max_payload.max(1) as u64);
+            if let Some(&end) = self.write_ends.front() {
+                len = len.min(end - self.segmented_upto);
+            }
+            let offset = self.segmented_upto;
+            self.segmented_upto += len;
+            while self.write_ends.front().is_some_and(|&end| end <= self.segmented_upto) {
+                self.write_ends.pop_front();
+            }
+            Segment { offset, len: len as u32, fin: false, state: SegmentState::Lost, transmissions: 0, last_tx: 0, last_sent: Instant::ZERO }
+        } else if self.fin_requested && self.fin_seq.is_none() {
+            self.fin_seq = Some(seq);
+            Segment { offset: self.segmented_upto, len: 0, fin: true, state: SegmentState::Lost, transmissions: 0, last_tx: 0, last_sent: Instant::ZERO }
+        } else {
+            return None;
+        };
+        self.segments.push_back(segment);
+        Some(seq)
+    }
+
+    /// The next packet presumed lost, removed from the queue.
+    pub fn pop_retransmission(&mut self) -> Option<u64> {
+        while let Some(seq) = self.retransmit_queue.pop_front() {
+            if self.state(seq) == Some(SegmentState::Lost) {
+                return Some(seq);
+            }
+        }
+        None
+    }
+
+    /// Copies the packet's payload into `out`; returns (length, is_fin).
+    pub fn copy_payload(&self, seq: u64, out: &mut [u8]) -> (usize, bool) {
+        let Some(seg) = seq.checked_sub(self.seg_base).and_then(|i| self.segments.get(i as usize)) else {
+            return (0, false);
+        };
+        let start = (seg.offset - self.stream_base) as usize;
+        let len = seg.len as usize;
+        let (a, b) = self.stream.as_slices();
+        if start + len <= a.len() {
+            out[..len].copy_from_slice(&a[start..start + len]);
+        } else if start >= a.len() {
+            out[..len].copy_from_slice(&b[start - a.len()..start - a.len() + len]);
+        } else {
+            let first = a.len() - start;
+            out[..first].copy_from_slice(&a[start..]);
+            out[first..len].copy_from_slice(&b[..len - first]);
+        }
+        (len, seg.fin)
+    }
+
+    /// Records a transmission of `seq`; returns true when it is a retransmission.
+    pub fn on_transmit(&mut self, seq: u64, now: Instant) -> bool {
+        let Some(index) = seq.checked_sub(self.seg_base) else { return false };
+        let Some(seg) = self.segments.get_mut(index as usize) else { return false };
+        let tx = self.next_tx;
+        self.next_tx += 1;
+        seg.transmissions += 1;
+        seg.last_tx = tx;
+        seg.last_sent = now;
+        if seg.state != SegmentState::InFlight {
+            seg.state = SegmentState::InFlight;
+            self.bytes_in_flight += seg.wire_bytes();
+        }
+        if self.track_tx_order {
+            self.tx_order.push_back((tx, seq));
+        }
+        seg.transmissions > 1
+    }
+
+    // ---- acknowledgements ----
+
+    /// Everything below `fence_base` is held by the peer. Calls `on_acked` for each newly acknowledged packet.
+    pub fn ack_below(&mut self, fence_base: u64, mut on_acked: impl FnMut(Acked)) {
+        let end = fence_base.min(self.next_seq());
+        for seq in self.seg_base..end {
+            self.mark_acked(seq, &mut on_acked);
+        }
+        self.release_acked_prefix();
+    }
+
+    /// The fence bitmap: offset `i` means sequence `fence_base + 1 + i` is held.
+    pub fn ack_offsets(&mut self, fence_base: u64, offsets: impl Iterator<Item = u32>, mut on_acked: impl FnMut(Acked)) {
+        let next = self.next_seq();
+        for offset in offsets {
+            let seq = fence_base + 1 + offset as u64;
+            if seq >= next {
+                break;
+            }
+            self.mark_acked(seq, &mut on_acked);
+        }
+        self.release_acked_prefix();
+    }
+
+    fn mark_acked(&mut self, seq: u64, on_acked: &mut impl FnMut(Acked)) {
+        let Some(index) = seq.checked_sub(self.seg_base) else { return };
+        let Some(seg) = self.segments.get_mut(index as usize) else { return };
+        // A packet never sent cannot be held by the peer; ignore such a claim.
+        if seg.state == SegmentState::Acked || seg.transmissions == 0 {
+            return;
+        }
+        let was_in_flight = seg.state == SegmentState::InFlight;
+        let bytes = seg.wire_bytes();
+        if was_in_flight {
+            self.bytes_in_flight -= bytes;
+        }
+        seg.state = SegmentState::Acked;
+        self.largest_acked_tx = Some(self.largest_acked_tx.map_or(seg.last_tx, |l| l.max(seg.last_tx)));
+        on_acked(Acked { seq, sent: seg.last_sent, bytes, was_in_flight });
+    }
+
+    fn release_acked_prefix(&mut self) {
+        while self.segments.front().is_some_and(|s| s.state == SegmentState::Acked) {
+            self.segments.pop_front();
+            self.seg_base += 1;
+        }
+        let keep_from = self.segments.front().map_or(self.segmented_upto, |s| s.offset);
+        let release = (keep_from - self.stream_base) as usize;
+        if release > 0 {
+            self.stream.drain(..release);
+            self.stream_base = keep_from;
+        }
+    }
+
+    // ---- loss detection ----
+
+    fn is_current(&self, tx: u64, seq: u64) -> bool {
+        seq.checked_sub(self.seg_base)
+            .and_then(|i| self.segments.get(i as usize))
+            .is_some_and(|s| s.state == SegmentState::InFlight && s.last_tx == tx)
+    }
+
+    /// RFC 9002 (6.1) applied to transmissions: a transmission is lost when one
+    /// sent `reorder_threshold` transmissions later was acknowledged, or when it
+    /// is older than `loss_delay` and something sent after it was acknowledged.
+    pub fn detect_losses(&mut self, now: Instant, reorder_threshold: u64, loss_delay: Duration) -> Losses {
+        let mut losses = Losses::default();
+        let Some(largest) = self.largest_acked_tx else { return losses };
+        while let Some(&(tx, seq)) = self.tx_order.front() {
+            if !self.is_current(tx, seq) {
+                self.tx_order.pop_front();
+                continue;
+            }
+            if tx >= largest {
+                break;
+            }
+            let index = (seq - self.seg_base) as usize;
+            let sent = self.segments[index].last_sent;
+            if largest - tx >= reorder_threshold || now >= sent + loss_delay {
+                self.tx_order.pop_front();
+                let bytes = self.declare_lost(index);
+                losses.packets += 1;
+                losses.bytes += bytes;
+                losses.earliest_sent = Some(losses.earliest_sent.map_or(sent, |e: Instant| e.min(sent)));
+            } else {
+                losses.next_check = Some(sent + loss_delay);
+                break;
+            }
+        }
+        losses
+    }
+
+    fn declare_lost(&mut self, index: usize) -> u64 {
+        let seg = &mut self.segments[index];
+        seg.state = SegmentState::Lost;
+        let bytes = seg.wire_bytes();
+        self.bytes_in_flight -= bytes;
+        self.retransmit_queue.push_back(self.seg_base + index as u64);
+        bytes
+    }
+
+    /// Presumes one packet lost and puts it first in line (fast retransmit without a fence).
+    pub fn mark_lost(&mut self, seq: u64) -> bool {
+        let Some(index) = seq.checked_sub(self.seg_base) else { return false };
+        if self.segments.get(index as usize).map(|s| s.state) != Some(SegmentState::InFlight) {
+            return false;
+        }
+        self.declare_lost(index as usize);
+        // declare_lost queued it at the back; a fast retransmit goes first.
+        if let Some(s) = self.retransmit_queue.pop_back() {
+            self.retransmit_queue.push_front(s);
+        }
+        true
+    }
+
+    /// Send time of the oldest transmission still in flight (drives the retransmission timer).
+    pub fn oldest_in_flight(&mut self) -> Option<Instant> {
+        while let Some(&(tx, seq)) = self.tx_order.front() {
+            if self.is_current(tx, seq) {
+                return Some(self.segments[(seq - self.seg_base) as usize].last_sent);
+            }
+            self.tx_order.pop_front();
+        }
+        None
+    }
+
+    /// The retransmission timer expired: every packet in flight is presumed lost,
+    /// to be resent lowest sequence number first. Returns how many.
+    pub fn on_retransmission_timeout(&mut self) -> u64 {
+        let mut count = 0;
+        for index in 0..self.segments.len() {
+            if self.segments[index].state == SegmentState::InFlight {
+                self.declare_lost(index);
+                count += 1;
+            }
+        }
+        if count > 0 {
+            // Lowest sequence first: the stream cannot advance past the first hole.
+            let mut queue: Vec<u64> = self.retransmit_queue.drain(..).collect();
+            queue.sort_unstable();
+            queue.dedup();
+            self.retransmit_queue.extend(queue);
+        }
+        self.tx_order.clear();
+        count
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn send_all(d: &mut Disassembler, now: Instant, payload: usize) -> Vec<u64> {
+        let mut sent = Vec::new();
+        while let Some(seq) = d.new_segment(payload) {
+            d.on_transmit(seq, now);
+            sent.push(seq);
+        }
+        sent
+    }
+
+    #[test]
+    fn segments_the_stream_and_respects_write_boundaries() {
+        let mut d = Disassembler::new(1 << 16, true, false);
+        assert_eq!(d.write(&[1; 300]), 300);
+        assert_eq!(d.write(&[2; 10]), 10);
+        let seqs = send_all(&mut d, Instant::ZERO, 256);
+        assert_eq!(seqs, vec![0, 1, 2], "256 + 44 for the first write, 10 for the second");
+        let mut out = [0u8; 256];
+        assert_eq!(d.copy_payload(1, &mut out), (44, false));
+        assert_eq!(d.copy_payload(2, &mut out), (10, false));
+        assert_eq!(out[0], 2);
+
+        let mut coalescing = Disassembler::new(1 << 16, false, false);
+        coalescing.write(&[1; 300]);
+        coalescing.write(&[2; 10]);
+        assert_eq!(send_all(&mut coalescing, Instant::ZERO, 256).len(), 2, "256 + 54");
+    }
+
+    #[test]
+    fn send_buffer_applies_backpressure_until_acked() {
+        let mut d = Disassembler::new(1000, false, false);
+        assert_eq!(d.write(&[0; 1500]), 1000);
+        assert_eq!(d.write(&[0; 1]), 0);
+        send_all(&mut d, Instant::ZERO, 500);
+        d.ack_below(1, |_| {});
+        assert_eq!(d.free_space(), 500, "acking the first packet frees its bytes");
+        d.ack_offsets(0, [0].into_iter(), |_| {});
+        assert_eq!(d.free_space(), 1000);
+        assert!(!d.has_outstanding());
+    }
+
+    #[test]
+    fn fence_acks_only_leave_holes() {
+        let mut d = Disassembler::new(1 << 16, false, true);
+        d.write(&[0; 1000]);
+        send_all(&mut d, Instant::ZERO, 100); // seqs 0..=9
+        let mut newly = Vec::new();
+        // Fence base 2 (0 and 1 held), then 4, 5 and 9 held: offsets 1, 2, 6 from base 2.
+        d.ack_below(2, |a| newly.push(a.seq));
+        d.ack_offsets(2, [1, 2, 6].into_iter(), |a| newly.push(a.seq));
+        assert_eq!(newly, vec![0, 1, 4, 5, 9]);
+        assert_eq!(d.lowest_unacked(), 2);
+        assert_eq!(d.bytes_in_flight(), 5 * (DATA_OVERHEAD as u64 + 100));
+        // With a threshold of 3 transmissions behind 9: 2, 3 and 6 are lost; 7 and 8 may still be reordered.
+        let losses = d.detect_losses(Instant::ZERO, 3, Duration::from_secs(1));
+        assert_eq!(losses.packets, 3);
+        assert_eq!(losses.next_check, Some(Instant::from_millis(1000)));
+        assert_eq!(d.pop_retransmission(), Some(2));
+        assert_eq!(d.pop_retransmission(), Some(3));
+    }
+
+    #[test]
+    fn timeout_requeues_everything_in_flight_in_order() {
+        let mut d = Disassembler::new(1 << 16, false, true);
+        d.write(&[0; 300]);
+        send_all(&mut d, Instant::from_millis(1), 100);
+        assert_eq!(d.oldest_in_flight(), Some(Instant::from_millis(1)));
+        assert_eq!(d.on_retransmission_timeout(), 3);
+        assert_eq!(d.bytes_in_flight(), 0);
+        assert_eq!(d.oldest_in_flight(), None);
+        let order: Vec<u64> = std::iter::from_fn(|| d.pop_retransmission()).collect();
+        assert_eq!(order, vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn fin_follows_the_data_and_is_acked_like_it() {
+        let mut d = Disassembler::new(1 << 16, false, false);
+        d.write(b"abc");
+        d.finish();
+        assert_eq!(d.write(b"more"), 0, "nothing after finish");
+        let seqs = send_all(&mut d, Instant::ZERO, 100);
+        assert_eq!(seqs, vec![0, 1]);
+        let mut out = [0u8; 8];
+        assert_eq!(d.copy_payload(1, &mut out), (0, true));
+        assert!(!d.fin_acked());
+        d.ack_below(2, |_| {});
+        assert!(d.fin_acked());
+    }
+}

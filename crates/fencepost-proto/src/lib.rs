@@ -1,0 +1,33 @@
+//! fencepost-proto: the sliding-fence transport as a sans-IO state machine.
+//! It performs no I/O and reads no clock: every entry point takes `now`.
+//!
+//! The receiver acknowledges the highest contiguous packet plus a bitmap of the
+//! packets after it (the *fence*), so the sender resends only the holes.
+//! [`Connection`] is one side of a connection; [`Endpoint`] routes datagrams
+//! for many. The wire format is specified in `docs/protocol.md`.
+
+pub mod assembler;
+pub mod config;
+pub mod congestion;
+pub mod connection;
+pub mod disassembler;
+pub mod endpoint;
+pub mod redundancy;
+pub mod rtt;
+pub mod stats;
+pub mod time;
+mod timer;
+pub mod trace;
+pub mod wire;
+
+pub use assembler::Assembler;
+pub use config::{Arq, FenceWidth, Profile, SendPolicy, TransportConfig};
+pub use congestion::{Controller, ControllerConfig, FixedConfig, TahoeConfig};
+pub use connection::{Connection, ConnectionError, Event, ReadError, Side, State, Transmit, WriteError};
+pub use disassembler::Disassembler;
+pub use endpoint::{ConnectionHandle, Endpoint, EndpointConfig, EndpointStats};
+pub use redundancy::{Redundancy, RedundancyConfig};
+pub use rtt::RttEstimator;
+pub use stats::ConnectionStats;
+pub use time::{Duration, Instant};
+pub use trace::{LossTrigger, TraceEvent};

@@ -1,0 +1,100 @@
+//! Round-trip time estimation and the retransmission timeout (RFC 6298).
+//!
+//! Samples come from echoed timestamps. A timestamp names one transmission, so a
+//! retransmitted packet yields a clean sample: Karn's ambiguity does not arise.
+
+use crate::time::Duration;
+
+/// RFC 6298 section 2: "G" is the clock granularity; ours is one millisecond
+/// to keep `4 * RTTVAR` from collapsing to nothing on a jitter-free link.
+const GRANULARITY: Duration = Duration::from_millis(1);
+
+#[derive(Clone, Debug)]
+pub struct RttEstimator {
+    smoothed: Option<Duration>,
+    var: Duration,
+    latest: Duration,
+    min: Duration,
+    initial: Duration,
+}
+
+impl RttEstimator {
+    pub fn new(initial: Duration) -> Self {
+        RttEstimator { smoothed: None, var: initial / 2, latest: initial, min: Duration::MAX, initial }
+    }
+
+    /// Feeds one sample (already corrected for the peer's ack delay).
+    pub fn update(&mut self, sample: Duration) {
+        self.latest = sample;
+        self.min = self.min.min(sample);
+        match self.smoothed {
+            // RFC 6298 (2.2): SRTT <- R, RTTVAR <- R/2.
+            None => {
+                self.smoothed = Some(sample);
+                self.var = sample / 2;
+            }
+            // RFC 6298 (2.3): RTTVAR <- 3/4 RTTVAR + 1/4 |SRTT - R'|; SRTT <- 7/8 SRTT + 1/8 R'.
+            Some(srtt) => {
+                let deviation = if srtt > sample { srtt - sample } else { sample - srtt };
+                self.var = Duration::from_micros((3 * self.var.total_micros() + deviation.total_micros()) / 4);
+                self.smoothed = Some(Duration::from_micros((7 * srtt.total_micros() + sample.total_micros()) / 8));
+            }
+        }
+    }
+
+    /// Smoothed RTT, or the configured initial RTT before the first sample.
+    pub fn get(&self) -> Duration {
+        self.smoothed.unwrap_or(self.initial)
+    }
+    pub fn has_sample(&self) -> bool {
+        self.smoothed.is_some()
+    }
+    pub fn latest(&self) -> Duration {
+        self.latest
+    }
+    pub fn var(&self) -> Duration {
+        self.var
+    }
+    /// Smallest sample seen, or the initial RTT before the first sample.
+    pub fn min(&self) -> Duration {
+        if self.min == Duration::MAX { self.initial } else { self.min }
+    }
+
+    /// RFC 6298 (2.4): RTO <- SRTT + max(G, K*RTTVAR), K = 4, plus the peer's
+    /// maximum ack delay (the peer may hold an ack that long), clamped to bounds.
+    pub fn rto(&self, max_ack_delay: Duration, min_rto: Duration, max_rto: Duration) -> Duration {
+        let base = self.get() + GRANULARITY.max(self.var.saturating_mul(4)) + max_ack_delay;
+        base.max(min_rto).min(max_rto)
+    }
+}
+
+impl std::ops::Div<u64> for Duration {
+    type Output = Duration;
+    fn div(self, rhs: u64) -> Duration {
+        Duration::from_micros(self.total_micros() / rhs.max(1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn follows_rfc6298_smoothing() {
+        let mut rtt = RttEstimator::new(Duration::from_millis(100));
+        assert_eq!(rtt.get(), Duration::from_millis(100));
+        rtt.update(Duration::from_millis(40));
+        assert_eq!(rtt.get(), Duration::from_millis(40));
+        assert_eq!(rtt.var(), Duration::from_millis(20));
+        rtt.update(Duration::from_millis(80));
+        // SRTT = 7/8*40 + 1/8*80 = 45; RTTVAR = 3/4*20 + 1/4*40 = 25.
+        assert_eq!(rtt.get(), Duration::from_millis(45));
+        assert_eq!(rtt.var(), Duration::from_millis(25));
+        assert_eq!(rtt.min(), Duration::from_millis(40));
+        // RTO = 45 + 4*25 + 5 = 150 ms, inside the bounds.
+        let rto = rtt.rto(Duration::from_millis(5), Duration::from_millis(50), Duration::from_secs(4));
+        assert_eq!(rto, Duration::from_millis(150));
+        let clamped = rtt.rto(Duration::ZERO, Duration::from_millis(200), Duration::from_secs(4));
+        assert_eq!(clamped, Duration::from_millis(200));
+    }
+}

@@ -1,0 +1,43 @@
+//! Counters a connection keeps about itself, named as the seed documents name them.
+
+/// Everything counted on one side of a connection.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ConnectionStats {
+    /// Every datagram this side sent, of every type.
+    pub packets_sent: u64,
+    pub bytes_sent: u64,
+    /// Data and FIN packets, first transmissions and retransmissions (not redundant copies).
+    pub data_packets_sent: u64,
+    pub retransmissions: u64,
+    pub acks_sent: u64,
+    pub keepalives_sent: u64,
+    pub handshakes_sent: u64,
+    pub resets_sent: u64,
+    /// Extra copies sent by the redundancy stage.
+    pub redundant_packets_sent: u64,
+
+    pub packets_received: u64,
+    pub bytes_received: u64,
+    pub data_packets_received: u64,
+    /// Data packets that arrived although this side already held them.
+    pub duplicate_packets_received: u64,
+    pub acks_received: u64,
+    /// Acks whose fence base did not advance while data was outstanding.
+    pub duplicate_acks_received: u64,
+    /// Datagrams that did not parse.
+    pub malformed_packets: u64,
+    /// Well-formed packets for another connection id (an old connection, or an off-path sender).
+    pub foreign_packets: u64,
+    /// Packets that contradicted the protocol (data past the FIN, acks for unsent data).
+    pub protocol_violations: u64,
+    /// Data packets dropped because they were beyond the advertised window.
+    pub beyond_window_packets: u64,
+
+    /// Transmissions presumed lost (by fence holes, duplicate acks or timeouts).
+    pub packets_lost: u64,
+    pub congestion_events: u64,
+    pub retransmission_timeouts: u64,
+
+    pub bytes_written: u64,
+    pub bytes_read: u64,
+}

@@ -1,0 +1,645 @@
+//! The wire format, version 1: parse and emit every packet type.
+//!
+//! `docs/protocol.md` is the specification; the test vectors at the bottom of this
+//! file are the ones printed there. Parsing never panics: any byte string yields a
+//! [`Packet`] or a [`DecodeError`], and a parsed packet is always well formed
+//! (parse, don't validate).
+
+use std::fmt;
+
+/// The only version this implementation speaks.
+pub const VERSION: u8 = 1;
+/// version (1) + type (1) + destination connection id (4).
+pub const HEADER_LEN: usize = 6;
+/// Header + sequence number (4) + timestamp (4): the bytes a data packet spends before its payload.
+pub const DATA_OVERHEAD: usize = HEADER_LEN + 8;
+/// Header + fence base (4) + echo timestamp (4) + ack delay (4) + window (4) + bitmap length (2).
+pub const ACK_FIXED_LEN: usize = HEADER_LEN + 18;
+pub const HANDSHAKE_LEN: usize = HEADER_LEN + 19;
+pub const CLOSE_LEN: usize = HEADER_LEN + 8;
+pub const RESET_LEN: usize = HEADER_LEN + 1;
+pub const KEEPALIVE_LEN: usize = HEADER_LEN + 4;
+/// Smallest payload a peer may announce; below it a data packet is mostly header.
+pub const MIN_PAYLOAD: u16 = 16;
+
+/// Packet type codes (byte 1 of every packet).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum PacketType {
+    Handshake = 1,
+    Data = 2,
+    Ack = 3,
+    Close = 4,
+    Reset = 5,
+    Keepalive = 6,
+}
+
+impl PacketType {
+    pub fn from_u8(code: u8) -> Option<Self> {
+        Some(match code {
+            1 => PacketType::Handshake,
+            2 => PacketType::Data,
+            3 => PacketType::Ack,
+            4 => PacketType::Close,
+            5 => PacketType::Reset,
+            6 => PacketType::Keepalive,
+            _ => return None,
+        })
+    }
+}
+
+/// Why a byte string is not a packet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DecodeError {
+    /// Fewer bytes than the packet type requires.
+    Truncated { needed: usize, got: usize },
+    /// Byte 0 is not a version this implementation speaks.
+    UnsupportedVersion(u8),
+    /// Byte 1 is not a known packet type.
+    UnknownType(u8),
+    /// A field holds a value the specification forbids; names the field.
+    InvalidField(&'static str),
+    /// Bytes remain after a packet type that has no variable-length tail.
+    TrailingBytes(usize),
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DecodeError::Truncated { needed, got } => {
+                write!(f, "truncated packet: need {needed} bytes, got {got}")
+            }
+            DecodeError::UnsupportedVersion(v) => write!(f, "unsupported version {v}"),
+            DecodeError::UnknownType(t) => write!(f, "unknown packet type {t}"),
+            DecodeError::InvalidField(name) => write!(f, "invalid value in field `{name}`"),
+            DecodeError::TrailingBytes(n) => write!(f, "{n} unexpected bytes after packet"),
+        }
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+/// Why a packet could not be written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EncodeError {
+    /// The caller's buffer is smaller than [`Packet::encoded_len`].
+    BufferTooSmall { needed: usize, got: usize },
+    /// A field cannot be represented (an ack bitmap over 65535 bytes).
+    FieldTooLarge(&'static str),
+}
+
+impl fmt::Display for EncodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EncodeError::BufferTooSmall { needed, got } => {
+                write!(f, "buffer too small: need {needed} bytes, got {got}")
+            }
+            EncodeError::FieldTooLarge(name) => write!(f, "field `{name}` too large to encode"),
+        }
+    }
+}
+
+impl std::error::Error for EncodeError {}
+
+/// The two steps of the handshake.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum HandshakePhase {
+    /// Client to server, destination connection id 0.
+    Initial = 1,
+    /// Server to client, destination = the client's connection id.
+    Accept = 2,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Handshake {
+    pub phase: HandshakePhase,
+    /// The connection id the sender chose; the peer puts it in every packet it sends back.
+    pub src_cid: u32,
+    pub timestamp: u32,
+    /// The timestamp of the Initial this Accept answers (0 in an Initial).
+    pub echo_timestamp: u32,
+    /// Largest data payload the sender of this packet accepts.
+    pub max_payload: u16,
+    /// Receive window of the sender of this packet, in packets.
+    pub window: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Data<'a> {
+    /// Low 32 bits of the packet's 64-bit sequence number (see [`expand_seq`]).
+    pub seq: u32,
+    pub timestamp: u32,
+    pub payload: &'a [u8],
+}
+
+/// End of the sender's stream; occupies a sequence number like data and is acknowledged the same way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Close {
+    pub seq: u32,
+    pub timestamp: u32,
+}
+
+/// The fence: everything below `fence_base` arrived; bit `i` of `bitmap`
+/// (byte `i / 8`, bit `i % 8` counting from the least significant) says whether
+/// sequence number `fence_base + 1 + i` arrived. `fence_base` itself never has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ack<'a> {
+    pub fence_base: u32,
+    /// Timestamp of the most recent ack-eliciting packet received (0: none yet).
+    pub echo_timestamp: u32,
+    /// Microseconds between receiving that packet and sending this ack.
+    pub ack_delay: u32,
+    /// Packets the receiver will accept, counted from `fence_base`.
+    pub window: u32,
+    pub bitmap: &'a [u8],
+}
+
+impl<'a> Ack<'a> {
+    /// Offsets `i` (sequence `fence_base + 1 + i`) whose bit is set, in increasing order.
+    pub fn received_offsets(&self) -> impl Iterator<Item = u32> + 'a {
+        self.bitmap.iter().enumerate().flat_map(|(byte_index, &byte)| {
+            (0..8u32).filter(move |bit| byte & (1 << bit) != 0).map(move |bit| byte_index as u32 * 8 + bit)
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ResetReason {
+    /// The application aborted the connection.
+    Aborted = 0,
+    /// The peer broke the protocol (for example, data beyond the end of its stream).
+    ProtocolViolation = 1,
+    /// The endpoint has no connection with that id (it restarted, or the connection is long gone).
+    UnknownConnection = 2,
+}
+
+impl ResetReason {
+    fn from_u8(code: u8) -> Option<Self> {
+        Some(match code {
+            0 => ResetReason::Aborted,
+            1 => ResetReason::ProtocolViolation,
+            2 => ResetReason::UnknownConnection,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reset {
+    pub reason: ResetReason,
+}
+
+/// Proves liveness when there is nothing else to send; the peer answers with an ack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Keepalive {
+    pub timestamp: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Body<'a> {
+    Handshake(Handshake),
+    Data(Data<'a>),
+    Ack(Ack<'a>),
+    Close(Close),
+    Reset(Reset),
+    Keepalive(Keepalive),
+}
+
+/// One parsed packet. Borrowing from the datagram keeps parsing allocation-free.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Packet<'a> {
+    /// The connection id the receiver chose (0 only in a handshake Initial).
+    pub dst_cid: u32,
+    pub body: Body<'a>,
+}
+
+/// The fixed header, readable without parsing the rest: what an endpoint needs to route a datagram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    pub packet_type: PacketType,
+    pub dst_cid: u32,
+}
+
+impl Header {
+    pub fn peek(bytes: &[u8]) -> Result<Header, DecodeError> {
+        let mut r = Reader::new(bytes);
+        r.need(HEADER_LEN)?;
+        let version = r.u8();
+        if version != VERSION {
+            return Err(DecodeError::UnsupportedVersion(version));
+        }
+        let code = r.u8();
+        let packet_type = PacketType::from_u8(code).ok_or(DecodeError::UnknownType(code))?;
+        Ok(Header { packet_type, dst_cid: r.u32() })
+    }
+}
+
+impl<'a> Packet<'a> {
+    pub fn parse(bytes: &'a [u8]) -> Result<Packet<'a>, DecodeError> {
+        let header = Header::peek(bytes)?;
+        let mut r = Reader::new(&bytes[HEADER_LEN..]);
+        let body = match header.packet_type {
+            PacketType::Handshake => {
+                r.need(HANDSHAKE_LEN - HEADER_LEN)?;
+                let phase = match r.u8() {
+                    1 => HandshakePhase::Initial,
+                    2 => HandshakePhase::Accept,
+                    _ => return Err(DecodeError::InvalidField("phase")),
+                };
+                let hs = Handshake {
+                    phase,
+                    src_cid: r.u32(),
+                    timestamp: r.u32(),
+                    echo_timestamp: r.u32(),
+                    max_payload: r.u16(),
+                    window: r.u32(),
+                };
+                if hs.src_cid == 0 {
+                    return Err(DecodeError::InvalidField("src_cid"));
+                }
+                if (phase == HandshakePhase::Initial) != (header.dst_cid == 0) {
+                    return Err(DecodeError::InvalidField("dst_cid"));
+                }
+                if hs.max_payload < MIN_PAYLOAD {
+                    return Err(DecodeError::InvalidField("max_payload"));
+                }
+                r.finish()?;
+                Body::Handshake(hs)
+            }
+            PacketType::Data => {
+                r.need(8)?;
+                let seq = r.u32();
+                let timestamp = r.u32();
+                Body::Data(Data { seq, timestamp, payload: r.rest() })
+            }
+            PacketType::Ack => {
+                r.need(ACK_FIXED_LEN - HEADER_LEN)?;
+                let fence_base = r.u32();
+                let echo_timestamp = r.u32();
+                let ack_delay = r.u32();
+                let window = r.u32();
+                let bitmap_len = r.u16() as usize;
+                r.need(bitmap_len)?;
+                let bitmap = r.take(bitmap_len);
+                r.finish()?;
+                Body::Ack(Ack { fence_base, echo_timestamp, ack_delay, window, bitmap })
+            }
+            PacketType::Close => {
+                r.need(CLOSE_LEN - HEADER_LEN)?;
+                let close = Close { seq: r.u32(), timestamp: r.u32() };
+                r.finish()?;
+                Body::Close(close)
+            }
+            PacketType::Reset => {
+                r.need(RESET_LEN - HEADER_LEN)?;
+                let reason = ResetReason::from_u8(r.u8()).ok_or(DecodeError::InvalidField("reason"))?;
+                r.finish()?;
+                Body::Reset(Reset { reason })
+            }
+            PacketType::Keepalive => {
+                r.need(KEEPALIVE_LEN - HEADER_LEN)?;
+                let ka = Keepalive { timestamp: r.u32() };
+                r.finish()?;
+                Body::Keepalive(ka)
+            }
+        };
+        if header.dst_cid == 0 && !matches!(body, Body::Handshake(_)) {
+            return Err(DecodeError::InvalidField("dst_cid"));
+        }
+        Ok(Packet { dst_cid: header.dst_cid, body })
+    }
+
+    pub fn packet_type(&self) -> PacketType {
+        match self.body {
+            Body::Handshake(_) => PacketType::Handshake,
+            Body::Data(_) => PacketType::Data,
+            Body::Ack(_) => PacketType::Ack,
+            Body::Close(_) => PacketType::Close,
+            Body::Reset(_) => PacketType::Reset,
+            Body::Keepalive(_) => PacketType::Keepalive,
+        }
+    }
+
+    pub fn encoded_len(&self) -> usize {
+        match &self.body {
+            Body::Handshake(_) => HANDSHAKE_LEN,
+            Body::Data(d) => DATA_OVERHEAD + d.payload.len(),
+            Body::Ack(a) => ACK_FIXED_LEN + a.bitmap.len(),
+            Body::Close(_) => CLOSE_LEN,
+            Body::Reset(_) => RESET_LEN,
+            Body::Keepalive(_) => KEEPALIVE_LEN,
+        }
+    }
+
+    /// Writes the packet at the start of `buf` and returns its length.
+    pub fn emit(&self, buf: &mut [u8]) -> Result<usize, EncodeError> {
+        let len = self.encoded_len();
+        if buf.len() < len {
+            return Err(EncodeError::BufferTooSmall { needed: len, got: buf.len() });
+        }
+        let mut w = Writer { buf, pos: 0 };
+        w.u8(VERSION);
+        w.u8(self.packet_type() as u8);
+        w.u32(self.dst_cid);
+        match &self.body {
+            Body::Handshake(h) => {
+                w.u8(h.phase as u8);
+                w.u32(h.src_cid);
+                w.u32(h.timestamp);
+                w.u32(h.echo_timestamp);
+                w.u16(h.max_payload);
+                w.u32(h.window);
+            }
+            Body::Data(d) => {
+                w.u32(d.seq);
+                w.u32(d.timestamp);
+                w.bytes(d.payload);
+            }
+            Body::Ack(a) => {
+                let bitmap_len = u16::try_from(a.bitmap.len()).map_err(|_| EncodeError::FieldTooLarge("bitmap"))?;
+                w.u32(a.fence_base);
+                w.u32(a.echo_timestamp);
+                w.u32(a.ack_delay);
+                w.u32(a.window);
+                w.u16(bitmap_len);
+                w.bytes(a.bitmap);
+            }
+            Body::Close(c) => {
+                w.u32(c.seq);
+                w.u32(c.timestamp);
+            }
+            Body::Reset(r) => w.u8(r.reason as u8),
+            Body::Keepalive(k) => w.u32(k.timestamp),
+        }
+        debug_assert_eq!(w.pos, len);
+        Ok(len)
+    }
+}
+
+/// Writes a data packet's header in place in front of a payload the caller already
+/// copied to `buf[DATA_OVERHEAD..DATA_OVERHEAD + payload_len]`, avoiding a second copy
+/// on the hot path. Returns the datagram length.
+pub fn emit_data_header_in_place(
+    buf: &mut [u8],
+    dst_cid: u32,
+    seq: u32,
+    timestamp: u32,
+    payload_len: usize,
+) -> Result<usize, EncodeError> {
+    let len = DATA_OVERHEAD + payload_len;
+    if buf.len() < len {
+        return Err(EncodeError::BufferTooSmall { needed: len, got: buf.len() });
+    }
+    let mut w = Writer { buf, pos: 0 };
+    w.u8(VERSION);
+    w.u8(PacketType::Data as u8);
+    w.u32(dst_cid);
+    w.u32(seq);
+    w.u32(timestamp);
+    Ok(len)
+}
+
+/// Recovers a 64-bit sequence number from its low 32 bits: the candidate closest
+/// to `expected` (the next sequence number the reader expects). Unambiguous while
+/// fewer than 2^31 packets are outstanding, which the window guarantees.
+pub fn expand_seq(truncated: u32, expected: u64) -> u64 {
+    const SPAN: u64 = 1 << 32;
+    const HALF: u64 = 1 << 31;
+    let candidate = (expected & !(SPAN - 1)) | truncated as u64;
+    if candidate.saturating_add(HALF) <= expected && candidate <= u64::MAX - SPAN {
+        candidate + SPAN
+    } else if candidate > expected.saturating_add(HALF) && candidate >= SPAN {
+        candidate - SPAN
+    } else {
+        candidate
+    }
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+// Every accessor below is called only after `need` proved the bytes are present,
+// so the slice indexing cannot go out of bounds.
+impl<'a> Reader<'a> {
+    fn new(bytes: &'a [u8]) -> Self {
+        Reader { bytes, pos: 0 }
+    }
+    fn need(&self, n: usize) -> Result<(), DecodeError> {
+        let remaining = self.bytes.len() - self.pos;
+        if remaining < n {
+            // Report in terms of the whole packet so the message is actionable.
+            Err(DecodeError::Truncated { needed: self.pos + n, got: self.bytes.len() })
+        } else {
+            Ok(())
+        }
+    }
+    fn u8(&mut self) -> u8 {
+        let v = self.bytes[self.pos];
+        self.pos += 1;
+        v
+    }
+    fn u16(&mut self) -> u16 {
+        let v = u16::from_be_bytes([self.bytes[self.pos], self.bytes[self.pos + 1]]);
+        self.pos += 2;
+        v
+    }
+    fn u32(&mut self) -> u32 {
+        let b = &self.bytes[self.pos..self.pos + 4];
+        self.pos += 4;
+        u32::from_be_bytes([b[0], b[1], b[2], b[3]])
+    }
+    fn take(&mut self, n: usize) -> &'a [u8] {
+        let s = &self.bytes[self.pos..self.pos + n];
+        self.pos += n;
+        s
+    }
+    fn rest(&mut self) -> &'a [u8] {
+        let s = &self.bytes[self.pos..];
+        self.pos = self.bytes.len();
+        s
+    }
+    fn finish(&self) -> Result<(), DecodeError> {
+        match self.bytes.len() - self.pos {
+            0 => Ok(()),
+            n => Err(DecodeError::TrailingBytes(n)),
+        }
+    }
+}
+
+// Callers check the total length first, so the writes stay in bounds.
+struct Writer<'a> {
+    buf: &'a mut [u8],
+    pos: usize,
+}
+
+impl Writer<'_> {
+    fn u8(&mut self, v: u8) {
+        self.buf[self.pos] = v;
+        self.pos += 1;
+    }
+    fn u16(&mut self, v: u16) {
+        self.bytes(&v.to_be_bytes());
+    }
+    fn u32(&mut self, v: u32) {
+        self.bytes(&v.to_be_bytes());
+    }
+    fn bytes(&mut self, v: &[u8]) {
+        self.buf[self.pos..self.pos + v.len()].copy_from_slice(v);
+        self.pos += v.len();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hex(s: &str) -> Vec<u8> {
+        let digits: Vec<u8> = s.bytes().filter(|b| b.is_ascii_hexdigit()).collect();
+        digits
+            .chunks(2)
+            .map(|pair| u8::from_str_radix(std::str::from_utf8(pair).unwrap(), 16).unwrap())
+            .collect()
+    }
+
+    fn roundtrip(packet: Packet<'_>, expected_hex: &str) {
+        let mut buf = [0u8; 256];
+        let n = packet.emit(&mut buf).unwrap();
+        assert_eq!(&buf[..n], &hex(expected_hex)[..], "encoding of {packet:?}");
+        assert_eq!(Packet::parse(&buf[..n]).unwrap(), packet);
+    }
+
+    // The vectors below are the ones printed in docs/protocol.md, section "Test vectors";
+    // `docs_vectors_match` checks that the document still says the same.
+    pub(crate) const VECTORS: &[(&str, &str)] = &[
+        ("handshake-initial", "01 01 00000000 01 0a0b0c0d 00000064 00000000 05b4 00000400"),
+        ("handshake-accept", "01 01 0a0b0c0d 02 11223344 000000c8 00000064 05b4 00000200"),
+        ("data", "01 02 11223344 00000007 000003e8 68656c6c6f"),
+        ("ack-seed", "01 03 0a0b0c0d 00000005 000003e8 000000fa 00000020 0004 0d000080"),
+        ("ack-empty", "01 03 0a0b0c0d 00000000 00000000 00000000 00000040 0000"),
+        ("close", "01 04 11223344 00000008 000007d0"),
+        ("reset", "01 05 11223344 00"),
+        ("keepalive", "01 06 0a0b0c0d 00002710"),
+    ];
+
+    fn vector(name: &str) -> &'static str {
+        VECTORS.iter().find(|(n, _)| *n == name).unwrap().1
+    }
+
+    #[test]
+    fn vectors_roundtrip() {
+        roundtrip(
+            Packet {
+                dst_cid: 0,
+                body: Body::Handshake(Handshake {
+                    phase: HandshakePhase::Initial,
+                    src_cid: 0x0a0b0c0d,
+                    timestamp: 100,
+                    echo_timestamp: 0,
+                    max_payload: 1460,
+                    window: 1024,
+                }),
+            },
+            vector("handshake-initial"),
+        );
+        roundtrip(
+            Packet {
+                dst_cid: 0x0a0b0c0d,
+                body: Body::Handshake(Handshake {
+                    phase: HandshakePhase::Accept,
+                    src_cid: 0x11223344,
+                    timestamp: 200,
+                    echo_timestamp: 100,
+                    max_payload: 1460,
+                    window: 512,
+                }),
+            },
+            vector("handshake-accept"),
+        );
+        roundtrip(
+            Packet {
+                dst_cid: 0x11223344,
+                body: Body::Data(Data { seq: 7, timestamp: 1000, payload: b"hello" }),
+            },
+            vector("data"),
+        );
+        let bitmap = [0x0d, 0x00, 0x00, 0x80];
+        let ack = Ack { fence_base: 5, echo_timestamp: 1000, ack_delay: 250, window: 32, bitmap: &bitmap };
+        // Bits 0, 2, 3 and 31 are set: sequence numbers 6, 8, 9 and 37 arrived.
+        assert_eq!(ack.received_offsets().collect::<Vec<_>>(), vec![0, 2, 3, 31]);
+        roundtrip(Packet { dst_cid: 0x0a0b0c0d, body: Body::Ack(ack) }, vector("ack-seed"));
+        roundtrip(
+            Packet {
+                dst_cid: 0x0a0b0c0d,
+                body: Body::Ack(Ack { fence_base: 0, echo_timestamp: 0, ack_delay: 0, window: 64, bitmap: &[] }),
+            },
+            vector("ack-empty"),
+        );
+        roundtrip(
+            Packet { dst_cid: 0x11223344, body: Body::Close(Close { seq: 8, timestamp: 2000 }) },
+            vector("close"),
+        );
+        roundtrip(
+            Packet { dst_cid: 0x11223344, body: Body::Reset(Reset { reason: ResetReason::Aborted }) },
+            vector("reset"),
+        );
+        roundtrip(
+            Packet { dst_cid: 0x0a0b0c0d, body: Body::Keepalive(Keepalive { timestamp: 10_000 }) },
+            vector("keepalive"),
+        );
+    }
+
+    #[test]
+    fn docs_vectors_match() {
+        let doc = include_str!("../../../docs/protocol.md");
+        for (name, bytes) in VECTORS {
+            let line = format!("| `{name}` | `{bytes}` |");
+            assert!(doc.contains(&line), "docs/protocol.md lacks the vector line: {line}");
+        }
+    }
+
+    #[test]
+    fn malformed_packets_are_typed_errors() {
+        assert_eq!(Packet::parse(&[]), Err(DecodeError::Truncated { needed: 6, got: 0 }));
+        assert_eq!(Packet::parse(&hex("02 02 00000001 00000000 00000000")), Err(DecodeError::UnsupportedVersion(2)));
+        assert_eq!(Packet::parse(&hex("01 09 00000001")), Err(DecodeError::UnknownType(9)));
+        // A data packet with the connection id 0 is never valid.
+        assert_eq!(
+            Packet::parse(&hex("01 02 00000000 00000000 00000000")),
+            Err(DecodeError::InvalidField("dst_cid"))
+        );
+        // An ack whose bitmap length runs past the datagram.
+        assert!(matches!(
+            Packet::parse(&hex("01 03 00000001 00000000 00000000 00000000 00000000 0008 ff")),
+            Err(DecodeError::Truncated { .. })
+        ));
+        assert_eq!(Packet::parse(&hex("01 06 00000001 00000001 ff")), Err(DecodeError::TrailingBytes(1)));
+        assert_eq!(Packet::parse(&hex("01 05 00000001 07")), Err(DecodeError::InvalidField("reason")));
+        // An Accept must name the client's connection id.
+        assert_eq!(
+            Packet::parse(&hex("01 01 00000000 02 11223344 000000c8 00000064 05b4 00000200")),
+            Err(DecodeError::InvalidField("dst_cid"))
+        );
+    }
+
+    #[test]
+    fn sequence_numbers_expand_across_wraparound() {
+        assert_eq!(expand_seq(5, 0), 5);
+        assert_eq!(expand_seq(0xffff_fff0, 0x1_0000_0010), 0xffff_fff0);
+        assert_eq!(expand_seq(0x10, 0xffff_fff0), 0x1_0000_0010);
+        assert_eq!(expand_seq(0x7fff_ffff, 0), 0x7fff_ffff);
+        assert_eq!(expand_seq(0xffff_ffff, 0), 0xffff_ffff, "no negative sequence numbers exist");
+        for expected in [0u64, 1 << 31, (1 << 32) + 7, u64::MAX - 5] {
+            for delta in [-1000i64, -1, 0, 1, 1000] {
+                let actual = (expected as i64).wrapping_add(delta) as u64;
+                if (delta < 0 && actual > expected) || (delta > 0 && actual < expected) {
+                    continue; // past either end of the 64-bit space
+                }
+                assert_eq!(expand_seq(actual as u32, expected), actual, "expected={expected} delta={delta}");
+            }
+        }
+    }
+}
