@@ -1,0 +1,15 @@
+"""fencepost: a reliable transport over UDP for lossy links, and a lab for
+measuring transports under bad networks.
+
+The sliding fence: the receiver acknowledges the highest contiguous packet plus
+a bitmap of the packets after it, so the sender resends only the holes.
+"""
+
+from __future__ import annotations
+
+from . import sim
+from ._core import __version__
+from ._errors import FencepostError, OptionError
+from .sim import LinkStats, SimResult
+
+__all__ = ["FencepostError", "LinkStats", "OptionError", "SimResult", "__version__", "sim"]
