@@ -73,6 +73,8 @@ class SimResult:
     link_up: LinkStats
     link_down: LinkStats
     end_s: float
+    wrong_bytes: int = 0
+    timeout_silence_s: Optional[float] = None
     options: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod

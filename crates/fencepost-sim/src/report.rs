@@ -74,6 +74,10 @@ pub struct SimReport {
     pub link_down: LinkReport,
     /// Virtual seconds when the run stopped (after the close, or at the error).
     pub end_s: f64,
+    /// Bytes an application read that differ from what was sent, checked as they were read. Always 0.
+    pub wrong_bytes: u64,
+    /// When the run ended in an idle timeout: how long the timed-out side had received nothing.
+    pub timeout_silence_s: Option<f64>,
     pub options: BTreeMap<String, String>,
 }
 

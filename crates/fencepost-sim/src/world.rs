@@ -60,12 +60,53 @@ enum ClientApp {
     },
 }
 
+/// Regenerates what the receiving application must see, to catch a wrong byte the moment it is read.
+enum Verifier {
+    /// The bulk stream, regenerated from the client's seed in the same 64 KiB chunks.
+    Bulk { rng: Xoshiro256PlusPlus, chunk: Vec<u8>, pos: usize },
+    /// Echo: the bytes the client sent and has not yet had back.
+    Echo { unechoed: std::collections::VecDeque<u8> },
+}
+
+impl Verifier {
+    /// Counts the bytes of `got` that differ from what should come next.
+    fn check(&mut self, got: &[u8]) -> u64 {
+        let mut wrong = 0u64;
+        match self {
+            Verifier::Bulk { rng, chunk, pos } => {
+                let mut rest = got;
+                while !rest.is_empty() {
+                    if *pos == chunk.len() {
+                        rng.fill_bytes(chunk);
+                        *pos = 0;
+                    }
+                    let n = rest.len().min(chunk.len() - *pos);
+                    wrong += rest[..n].iter().zip(&chunk[*pos..*pos + n]).filter(|(a, b)| a != b).count() as u64;
+                    *pos += n;
+                    rest = &rest[n..];
+                }
+            }
+            Verifier::Echo { unechoed } => {
+                for &b in got {
+                    match unechoed.pop_front() {
+                        Some(expected) if expected == b => {}
+                        _ => wrong += 1,
+                    }
+                }
+            }
+        }
+        wrong
+    }
+}
+
 struct Outcome {
     completed_at: Option<Instant>,
     client_stats: ConnectionStats,
     server_stats: ConnectionStats,
     rtt_samples: Vec<u32>,
     payload_size: usize,
+    /// Bytes read by an application that differ from what was sent (must stay 0).
+    wrong_bytes: u64,
 }
 
 pub struct Simulation {
@@ -85,6 +126,10 @@ pub struct Simulation {
     server_hash: Sha256,
     server_backlog: Vec<u8>,
     server_closed: bool,
+    /// Independent check of every byte delivered, as it is delivered (not just the final hash).
+    verifier: Verifier,
+    last_rx_client: Instant,
+    last_rx_server: Instant,
     outcome: Outcome,
     buf: Vec<u8>,
     read_buf: Vec<u8>,
@@ -123,6 +168,14 @@ impl Simulation {
             ),
         };
         let payload_size = scenario.transport.max_payload as usize;
+        let verifier = match scenario.workload {
+            Workload::Bulk { .. } => Verifier::Bulk {
+                rng: Xoshiro256PlusPlus::seed_from_u64(sub_seed(seed, 5)),
+                chunk: vec![0; 64 * 1024],
+                pos: 64 * 1024,
+            },
+            Workload::Echo { .. } => Verifier::Echo { unechoed: std::collections::VecDeque::new() },
+        };
         Simulation {
             scenario,
             now: start,
@@ -139,12 +192,16 @@ impl Simulation {
             server_hash: Sha256::new(),
             server_backlog: Vec::new(),
             server_closed: false,
+            verifier,
+            last_rx_client: start,
+            last_rx_server: start,
             outcome: Outcome {
                 completed_at: None,
                 client_stats: ConnectionStats::default(),
                 server_stats: ConnectionStats::default(),
                 rtt_samples: Vec::new(),
                 payload_size,
+                wrong_bytes: 0,
             },
             buf: vec![0; 65_536],
             read_buf: vec![0; 65_536],
@@ -219,11 +276,13 @@ impl Simulation {
         let now = self.now;
         let t = now.total_micros();
         while let Some(datagram) = self.up.poll_deliver(t) {
+            self.last_rx_server = now;
             if let Some(handle) = self.server.handle_datagram(now, CLIENT, &datagram) {
                 self.server_conn.get_or_insert(handle);
             }
         }
         while let Some(datagram) = self.down.poll_deliver(t) {
+            self.last_rx_client = now;
             self.client.handle_datagram(now, SERVER, &datagram);
         }
         if self.client.poll_timeout().is_some_and(|d| d <= now) {
@@ -301,6 +360,9 @@ impl Simulation {
                         pending.resize(size, 0);
                         rng.fill_bytes(pending);
                         self.sent_hash.update(&pending[..]);
+                        if let Verifier::Echo { unechoed } = &mut self.verifier {
+                            unechoed.extend(pending.iter());
+                        }
                         *sent_total += size as u64;
                         *messages_left -= 1;
                         *next_at = now + fencepost_proto::Duration::from_millis(2 + (rng.next_u32() % 18) as u64);
@@ -316,6 +378,7 @@ impl Simulation {
                         Ok(0) | Err(_) => break,
                         Ok(n) => {
                             recv_hash.update(&self.read_buf[..n]);
+                            self.outcome.wrong_bytes += self.verifier.check(&self.read_buf[..n]);
                             *received += n as u64;
                         }
                     }
@@ -354,6 +417,7 @@ impl Simulation {
                         self.server_backlog.extend_from_slice(&self.read_buf[..n]);
                     } else {
                         self.server_hash.update(&self.read_buf[..n]);
+                        self.outcome.wrong_bytes += self.verifier.check(&self.read_buf[..n]);
                     }
                 }
                 Err(ReadError::WouldBlock) | Err(ReadError::ConnectionLost(_)) => break,
@@ -435,7 +499,14 @@ impl Simulation {
             }
             ClientApp::Bulk { .. } => (self.server_received, self.server_hash.clone().finalize()),
         };
-        let integrity_ok = completed.is_some() && bytes_delivered == self.bytes_expected && sent_digest == received_digest;
+        let integrity_ok = completed.is_some()
+            && bytes_delivered == self.bytes_expected
+            && sent_digest == received_digest
+            && self.outcome.wrong_bytes == 0;
+        let timeout_silence_s = error.as_deref().and_then(|e| {
+            let last = if e.starts_with("client:") { self.last_rx_client } else { self.last_rx_server };
+            (status == "timeout").then(|| (self.now - last).as_secs_f64())
+        });
         let close_ok = integrity_ok && status == "ok";
         let duration = completed.map_or(self.now, |t| t).as_secs_f64();
         let c = &self.outcome.client_stats;
@@ -481,6 +552,8 @@ impl Simulation {
             link_up: up,
             link_down: down,
             end_s: self.now.as_secs_f64(),
+            wrong_bytes: self.outcome.wrong_bytes,
+            timeout_silence_s,
             options: self.scenario.options.clone(),
         }
     }
