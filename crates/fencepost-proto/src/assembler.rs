@@ -40,6 +40,10 @@ pub struct Assembler {
     slots: VecDeque<Slot>,
     /// Packets held in `slots`.
     held: u64,
+    /// One bit per sequence number held out of order, word `i` covering sequence
+    /// numbers `64 * (first_word + i) ..`: acks copy fences out of it a word at a time.
+    held_bits: VecDeque<u64>,
+    first_word: u64,
     readable: VecDeque<u8>,
     fin_seq: Option<u64>,
     /// The FIN became contiguous: once `readable` drains, reads return end of stream.
@@ -54,6 +58,8 @@ impl Assembler {
             fence_base: 0,
             slots: VecDeque::new(),
             held: 0,
+            held_bits: VecDeque::new(),
+            first_word: 0,
             readable: VecDeque::new(),
             fin_seq: None,
             finished: false,
@@ -132,7 +138,34 @@ impl Assembler {
         }
         self.slots[offset] = if fin { Slot::Fin } else { Slot::Data(payload.to_vec()) };
         self.held += 1;
+        self.set_held_bit(seq);
         Arrival::OutOfOrder
+    }
+
+    fn set_held_bit(&mut self, seq: u64) {
+        let word = seq / 64;
+        if self.held_bits.is_empty() {
+            self.first_word = word;
+        }
+        while word < self.first_word {
+            self.held_bits.push_front(0);
+            self.first_word -= 1;
+        }
+        let index = (word - self.first_word) as usize;
+        if index >= self.held_bits.len() {
+            self.held_bits.resize(index + 1, 0);
+        }
+        self.held_bits[index] |= 1 << (seq % 64);
+    }
+
+    /// Sequence numbers `start .. start + 64` held out of order, as one word.
+    fn held_word(&self, start: u64) -> u64 {
+        let word = |w: u64| -> u64 {
+            w.checked_sub(self.first_word).and_then(|i| self.held_bits.get(i as usize)).copied().unwrap_or(0)
+        };
+        let shift = start % 64;
+        let low = word(start / 64) >> shift;
+        if shift == 0 { low } else { low | (word(start / 64 + 1) << (64 - shift)) }
     }
 
     fn drain_contiguous(&mut self) {
@@ -151,6 +184,14 @@ impl Assembler {
             }
             self.held -= 1;
             self.fence_base += 1;
+        }
+        // Words wholly below the fence base are history.
+        while !self.held_bits.is_empty() && (self.first_word + 1) * 64 <= self.fence_base {
+            self.held_bits.pop_front();
+            self.first_word += 1;
+        }
+        if self.held == 0 {
+            self.held_bits.clear();
         }
     }
 
@@ -181,9 +222,15 @@ impl Assembler {
         if self.held == 0 {
             return;
         }
-        for (i, slot) in self.slots.iter().skip(1).take(needed_bits).enumerate() {
-            if !matches!(slot, Slot::Missing) {
-                out[i / 8] |= 1 << (i % 8);
+        let first = self.fence_base + 1;
+        for (k, chunk) in out.chunks_mut(8).enumerate() {
+            let bits = self.held_word(first + 64 * k as u64).to_le_bytes();
+            chunk.copy_from_slice(&bits[..chunk.len()]);
+        }
+        // Bits past the width stay clear.
+        if needed_bits % 8 != 0 {
+            if let Some(last) = out.last_mut() {
+                *last &= (1u8 << (needed_bits % 8)) - 1;
             }
         }
     }

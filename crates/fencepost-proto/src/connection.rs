@@ -187,6 +187,7 @@ pub struct Connection {
     assembler: Assembler,
     ack_now: bool,
     eliciting_since_ack: u32,
+    highest_rx_seq: Option<u64>,
     /// Timestamp of the latest ack-eliciting packet, echoed in acks, and when it arrived.
     last_rx_timestamp: u32,
     last_rx_time: Instant,
@@ -256,6 +257,7 @@ impl Connection {
             assembler,
             ack_now: false,
             eliciting_since_ack: 0,
+            highest_rx_seq: None,
             last_rx_timestamp: 0,
             last_rx_time: now,
             last_rx_any: now,
@@ -649,20 +651,24 @@ impl Connection {
         }
         let base_before = self.assembler.fence_base();
         let arrival = self.assembler.insert(seq, payload, fin);
+        // RFC 9000 (13.2.1): ack at once when a packet opens a new gap or arrives below
+        // the highest seen (it fills or reorders); otherwise every `ack_every` packets.
+        let reordered = self.highest_rx_seq.map_or(seq != 0, |h| seq < h || seq > h + 1);
+        if arrival.is_new() {
+            self.highest_rx_seq = Some(self.highest_rx_seq.map_or(seq, |h| h.max(seq)));
+        }
         let continuous = self.config.send_policy == SendPolicy::Continuous;
         match arrival {
-            Arrival::InOrder => {
+            Arrival::InOrder | Arrival::OutOfOrder => {
                 self.eliciting_since_ack += 1;
                 if continuous {
-                    // RFC 9000 (13.2.1) style: ack every few packets, at once when the fence has holes.
-                    if fin || self.assembler.has_holes() || self.eliciting_since_ack >= self.config.ack_every {
+                    if fin || reordered || self.eliciting_since_ack >= self.config.ack_every {
                         self.ack_now = true;
                     } else if self.timers.get(Timer::Ack).is_none() {
                         self.timers.set(Timer::Ack, now + self.config.max_ack_delay);
                     }
                 }
             }
-            Arrival::OutOfOrder => self.ack_now |= continuous,
             Arrival::Duplicate => {
                 self.stats.duplicate_packets_received += 1;
                 // The sender resent something we hold: our acks are getting lost.
@@ -742,7 +748,7 @@ impl Connection {
             };
             disassembler.ack_below(fence_base, &mut on_acked);
             if self.config.arq == Arq::Fence {
-                disassembler.ack_offsets(fence_base, ack.received_offsets(), &mut on_acked);
+                disassembler.ack_bitmap(fence_base, ack.bitmap, &mut on_acked);
             }
         }
         if self.config.trace {

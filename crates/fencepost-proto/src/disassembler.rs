@@ -86,6 +86,12 @@ pub struct Disassembler {
     retransmit_queue: VecDeque<u64>,
     bytes_in_flight: u64,
     largest_acked_tx: Option<u64>,
+    /// Highest sequence number the peer acknowledged through the fence bitmap.
+    largest_acked_seq: Option<u64>,
+    /// Unacknowledged sequence numbers below `largest_acked_seq`, ascending: the
+    /// holes. An ack's bitmap can only add news at a hole or above the largest,
+    /// so looking there instead of at every bit keeps wide fences cheap.
+    holes: Vec<u64>,
 }
 
 impl Disassembler {
@@ -107,6 +113,8 @@ impl Disassembler {
             retransmit_queue: VecDeque::new(),
             bytes_in_flight: 0,
             largest_acked_tx: None,
+            largest_acked_seq: None,
+            holes: Vec::new(),
         }
     }
 
@@ -272,18 +280,58 @@ impl Disassembler {
         for seq in self.seg_base..end {
             self.mark_acked(seq, &mut on_acked);
         }
+        if self.largest_acked_seq.is_some_and(|l| l < end) {
+            self.largest_acked_seq = Some(end - 1);
+        }
         self.release_acked_prefix();
+        if self.holes.first().is_some_and(|&h| h < self.seg_base) {
+            let base = self.seg_base;
+            self.holes.retain(|&h| h >= base);
+        }
     }
 
-    /// The fence bitmap: offset `i` means sequence `fence_base + 1 + i` is held.
-    pub fn ack_offsets(&mut self, fence_base: u64, offsets: impl Iterator<Item = u32>, mut on_acked: impl FnMut(Acked)) {
+    /// The fence bitmap (bit `i`, byte `i / 8`, bit `i % 8` from the least significant:
+    /// sequence `fence_base + 1 + i` is held). Calls `on_acked` for each newly acknowledged packet.
+    pub fn ack_bitmap(&mut self, fence_base: u64, bitmap: &[u8], mut on_acked: impl FnMut(Acked)) {
         let next = self.next_seq();
-        for offset in offsets {
-            let seq = fence_base + 1 + offset as u64;
-            if seq >= next {
-                break;
+        let first = fence_base + 1;
+        let end = (first + bitmap.len() as u64 * 8).min(next);
+        let held = |seq: u64| {
+            let i = (seq - first) as usize;
+            bitmap[i / 8] & (1 << (i % 8)) != 0
+        };
+        // Holes the bitmap now covers.
+        let mut holes = std::mem::take(&mut self.holes);
+        holes.retain(|&seq| {
+            if seq < self.seg_base || self.state(seq) == Some(SegmentState::Acked) {
+                return false;
             }
-            self.mark_acked(seq, &mut on_acked);
+            if seq >= first && seq < end && held(seq) {
+                self.mark_acked(seq, &mut on_acked);
+                return false;
+            }
+            true
+        });
+        self.holes = holes;
+        // News above the largest acknowledged so far, a byte at a time.
+        let mut seq = self.largest_acked_seq.map_or(first, |l| (l + 1).max(first));
+        while seq < end {
+            let i = (seq - first) as usize;
+            if i % 8 == 0 && bitmap[i / 8] == 0 {
+                seq += 8;
+                continue;
+            }
+            if held(seq) {
+                let below = self.largest_acked_seq.map_or(self.seg_base, |l| l + 1).max(self.seg_base);
+                for gap in below..seq {
+                    if self.state(gap).is_some_and(|s| s != SegmentState::Acked) {
+                        self.holes.push(gap);
+                    }
+                }
+                self.largest_acked_seq = Some(seq);
+                self.mark_acked(seq, &mut on_acked);
+            }
+            seq += 1;
         }
         self.release_acked_prefix();
     }
@@ -451,7 +499,7 @@ mod tests {
         send_all(&mut d, Instant::ZERO, 500);
         d.ack_below(1, |_| {});
         assert_eq!(d.free_space(), 500, "acking the first packet frees its bytes");
-        d.ack_offsets(0, [0].into_iter(), |_| {});
+        d.ack_bitmap(0, &[0b1], |_| {});
         assert_eq!(d.free_space(), 1000);
         assert!(!d.has_outstanding());
     }
@@ -464,7 +512,7 @@ mod tests {
         let mut newly = Vec::new();
         // Fence base 2 (0 and 1 held), then 4, 5 and 9 held: offsets 1, 2, 6 from base 2.
         d.ack_below(2, |a| newly.push(a.seq));
-        d.ack_offsets(2, [1, 2, 6].into_iter(), |a| newly.push(a.seq));
+        d.ack_bitmap(2, &[0b0100_0110], |a| newly.push(a.seq));
         assert_eq!(newly, vec![0, 1, 4, 5, 9]);
         assert_eq!(d.lowest_unacked(), 2);
         assert_eq!(d.bytes_in_flight(), 5 * (DATA_OVERHEAD as u64 + 100));

@@ -3,6 +3,7 @@
 //! seed drives every random choice, so the same scenario gives the same result
 //! bit for bit.
 
+pub mod digest;
 pub mod report;
 pub mod scenario;
 pub mod units;

@@ -11,7 +11,7 @@ use fencepost_proto::{
 };
 use rand_core::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
-use sha2::{Digest, Sha256};
+use crate::digest::{Stream, StreamDigests};
 
 const CLIENT: u8 = 0;
 const SERVER: u8 = 1;
@@ -55,7 +55,6 @@ enum ClientApp {
         pending: Vec<u8>,
         sent_total: u64,
         received: u64,
-        recv_hash: Sha256,
         closed: bool,
     },
 }
@@ -81,7 +80,11 @@ impl Verifier {
                         *pos = 0;
                     }
                     let n = rest.len().min(chunk.len() - *pos);
-                    wrong += rest[..n].iter().zip(&chunk[*pos..*pos + n]).filter(|(a, b)| a != b).count() as u64;
+                    let (got, expected) = (&rest[..n], &chunk[*pos..*pos + n]);
+                    // Compare whole slices first (memcmp); count differing bytes only on a mismatch.
+                    if got != expected {
+                        wrong += got.iter().zip(expected).filter(|(a, b)| a != b).count() as u64;
+                    }
                     *pos += n;
                     rest = &rest[n..];
                 }
@@ -119,11 +122,10 @@ pub struct Simulation {
     client_conn: ConnectionHandle,
     server_conn: Option<ConnectionHandle>,
     app: ClientApp,
-    sent_hash: Sha256,
+    digests: StreamDigests,
     bytes_expected: u64,
     /// Server side: bytes read (bulk) and echo bytes still to write back.
     server_received: u64,
-    server_hash: Sha256,
     server_backlog: Vec<u8>,
     server_closed: bool,
     /// Independent check of every byte delivered, as it is delivered (not just the final hash).
@@ -133,6 +135,8 @@ pub struct Simulation {
     outcome: Outcome,
     buf: Vec<u8>,
     read_buf: Vec<u8>,
+    /// Datagram buffers back from the links, reused to spare an allocation per packet.
+    pool: Vec<Vec<u8>>,
     trace: Option<Box<dyn TraceSink>>,
 }
 
@@ -161,7 +165,6 @@ impl Simulation {
                     pending: Vec::new(),
                     sent_total: 0,
                     received: 0,
-                    recv_hash: Sha256::new(),
                     closed: false,
                 },
                 0,
@@ -186,10 +189,9 @@ impl Simulation {
             client_conn,
             server_conn: None,
             app,
-            sent_hash: Sha256::new(),
+            digests: StreamDigests::new(),
             bytes_expected,
             server_received: 0,
-            server_hash: Sha256::new(),
             server_backlog: Vec::new(),
             server_closed: false,
             verifier,
@@ -205,6 +207,7 @@ impl Simulation {
             },
             buf: vec![0; 65_536],
             read_buf: vec![0; 65_536],
+            pool: Vec::new(),
             trace: None,
         }
     }
@@ -280,10 +283,12 @@ impl Simulation {
             if let Some(handle) = self.server.handle_datagram(now, CLIENT, &datagram) {
                 self.server_conn.get_or_insert(handle);
             }
+            self.pool.push(datagram);
         }
         while let Some(datagram) = self.down.poll_deliver(t) {
             self.last_rx_client = now;
             self.client.handle_datagram(now, SERVER, &datagram);
+            self.pool.push(datagram);
         }
         if self.client.poll_timeout().is_some_and(|d| d <= now) {
             self.client.handle_timeout(now);
@@ -298,12 +303,21 @@ impl Simulation {
         self.run_server_app();
         let overhead = self.scenario.header_overhead;
         while let Some((_, transmit)) = self.client.poll_transmit(now, &mut self.buf) {
-            self.up.enqueue(t, self.buf[..transmit.size].to_vec(), transmit.size + overhead);
+            let datagram = Self::pooled(&mut self.pool, &self.buf[..transmit.size]);
+            self.up.enqueue(t, datagram, transmit.size + overhead);
         }
         while let Some((_, transmit)) = self.server.poll_transmit(now, &mut self.buf) {
-            self.down.enqueue(t, self.buf[..transmit.size].to_vec(), transmit.size + overhead);
+            let datagram = Self::pooled(&mut self.pool, &self.buf[..transmit.size]);
+            self.down.enqueue(t, datagram, transmit.size + overhead);
         }
         self.drain_events();
+    }
+
+    fn pooled(pool: &mut Vec<Vec<u8>>, bytes: &[u8]) -> Vec<u8> {
+        let mut datagram = pool.pop().unwrap_or_default();
+        datagram.clear();
+        datagram.extend_from_slice(bytes);
+        datagram
     }
 
     fn drain_events(&mut self) {
@@ -340,7 +354,7 @@ impl Simulation {
                     if n == 0 {
                         break;
                     }
-                    self.sent_hash.update(&chunk[*chunk_pos..*chunk_pos + n]);
+                    self.digests.update(Stream::Sent, &chunk[*chunk_pos..*chunk_pos + n]);
                     *chunk_pos += n;
                     *remaining -= n as u64;
                 }
@@ -349,7 +363,7 @@ impl Simulation {
                     *closed = true;
                 }
             }
-            ClientApp::Echo { messages_left, next_at, rng, pending, sent_total, received, recv_hash, closed } => {
+            ClientApp::Echo { messages_left, next_at, rng, pending, sent_total, received, closed } => {
                 // Write any message whose time has come (the seed: 200-400 bytes, 2-20 ms apart).
                 loop {
                     if pending.is_empty() {
@@ -359,7 +373,7 @@ impl Simulation {
                         let size = 200 + (rng.next_u32() % 200) as usize;
                         pending.resize(size, 0);
                         rng.fill_bytes(pending);
-                        self.sent_hash.update(&pending[..]);
+                        self.digests.update(Stream::Sent, &pending[..]);
                         if let Verifier::Echo { unechoed } = &mut self.verifier {
                             unechoed.extend(pending.iter());
                         }
@@ -377,7 +391,7 @@ impl Simulation {
                     match conn.read(&mut self.read_buf) {
                         Ok(0) | Err(_) => break,
                         Ok(n) => {
-                            recv_hash.update(&self.read_buf[..n]);
+                            self.digests.update(Stream::Received, &self.read_buf[..n]);
                             self.outcome.wrong_bytes += self.verifier.check(&self.read_buf[..n]);
                             *received += n as u64;
                         }
@@ -416,7 +430,7 @@ impl Simulation {
                     if echo {
                         self.server_backlog.extend_from_slice(&self.read_buf[..n]);
                     } else {
-                        self.server_hash.update(&self.read_buf[..n]);
+                        self.digests.update(Stream::Received, &self.read_buf[..n]);
                         self.outcome.wrong_bytes += self.verifier.check(&self.read_buf[..n]);
                     }
                 }
@@ -489,16 +503,16 @@ impl Simulation {
             self.outcome.completed_at = None;
         }
         let completed = self.outcome.completed_at;
-        let sent_digest = self.sent_hash.clone().finalize();
-        let (bytes_delivered, received_digest) = match &self.app {
-            ClientApp::Echo { received, recv_hash, sent_total, .. } => {
+        let bytes_delivered = match &self.app {
+            ClientApp::Echo { received, sent_total, .. } => {
                 if completed.is_none() {
                     self.bytes_expected = *sent_total;
                 }
-                (*received, recv_hash.clone().finalize())
+                *received
             }
-            ClientApp::Bulk { .. } => (self.server_received, self.server_hash.clone().finalize()),
+            ClientApp::Bulk { .. } => self.server_received,
         };
+        let [sent_digest, received_digest] = std::mem::replace(&mut self.digests, StreamDigests::inline()).finish();
         let integrity_ok = completed.is_some()
             && bytes_delivered == self.bytes_expected
             && sent_digest == received_digest
