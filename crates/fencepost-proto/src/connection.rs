@@ -560,6 +560,7 @@ impl Connection {
         if self.handshake_due {
             self.handshake_due = false;
             self.last_handshake_sent = now;
+            self.last_ack_eliciting_sent = now;
             let transmit = self.emit_handshake(now, buf);
             self.update_timers(now);
             return transmit;
@@ -1077,7 +1078,9 @@ impl Connection {
         let rto = self.rtt.rto(self.config.max_ack_delay, self.config.min_rto, self.config.max_rto);
         let backed_off = rto.saturating_mul(1 << self.rto_backoff.min(16)).min(self.config.max_rto.max(rto));
         let retransmit = match self.state {
-            State::Handshake if continuous => Some(self.last_handshake_sent + backed_off),
+            // Handshake packets are tiny and nothing works until one gets through: on a
+            // lossy link, retrying at most every second beats backing off to the maximum.
+            State::Handshake if continuous => Some(self.last_handshake_sent + backed_off.min(rto.max(Duration::from_secs(1)))),
             State::Established | State::Closed if continuous => {
                 if let Some(oldest) = self.disassembler.oldest_in_flight() {
                     Some(oldest + backed_off)

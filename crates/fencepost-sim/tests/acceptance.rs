@@ -1,0 +1,43 @@
+//! The foundation's acceptance figures, checked on every `make test`.
+
+use fencepost_sim::{run, Scenario};
+
+fn scenario(extra: &[(&str, &str)]) -> Scenario {
+    let mut options = vec![("bytes", "1000000"), ("loss", "30%"), ("delay", "10ms"), ("rate", "50mbit")];
+    options.extend_from_slice(extra);
+    Scenario::from_options(options).unwrap()
+}
+
+#[test]
+fn same_seed_same_json() {
+    let a = run(scenario(&[("seed", "7")])).to_json();
+    let b = run(scenario(&[("seed", "7")])).to_json();
+    assert_eq!(a, b);
+    assert!(a.contains("\"integrity_ok\":true"), "{a}");
+    assert_ne!(a, run(scenario(&[("seed", "8")])).to_json());
+}
+
+#[test]
+fn fence_sends_close_to_the_minimum_at_30_percent_loss_and_window_sends_more() {
+    for seed in 1..=10 {
+        let seed = seed.to_string();
+        let fence = run(scenario(&[("seed", &seed), ("arq", "fence")]));
+        let window = run(scenario(&[("seed", &seed), ("arq", "window")]));
+        assert!(fence.integrity_ok && window.integrity_ok);
+        // Each transmission survives with probability 0.7: ceil(bytes / payload) / 0.7 is the
+        // expected minimum; allow 15 % for acks that were lost with the packets they covered.
+        let needed = (1_000_000f64 / fence.payload_size as f64).ceil();
+        let bound = 1.15 * needed / 0.7;
+        assert!(
+            (fence.data_packets_sent as f64) <= bound,
+            "seed {seed}: fence sent {} data packets, bound {bound:.0}",
+            fence.data_packets_sent
+        );
+        assert!(
+            window.data_packets_sent as f64 >= 1.5 * fence.data_packets_sent as f64,
+            "seed {seed}: window {} vs fence {}",
+            window.data_packets_sent,
+            fence.data_packets_sent
+        );
+    }
+}
