@@ -27,7 +27,7 @@ SIM_OPTIONS = [
     ("--queue", "LIMIT", "droptail queue before the bottleneck: 64kB, 100pkt or unlimited (default)"),
     ("--dup", "P", "probability a packet is duplicated (default 0)"),
     ("--arq", "fence|window", "loss recovery: fence (resend only holes, default) or window (cumulative acks only)"),
-    ("--cc", "CC", "congestion control: none[:window=N,rate=R] or tahoe[:iw=N,ssthresh=N,pacing=on|off] (default: the profile's)"),
+    ("--cc", "CC", "congestion control: none[:window=N,rate=R,pacing=on|off] or tahoe[:iw=N,ssthresh=N,pacing=on|off] (default: the profile's)"),
     ("--profile", "seed|default", "transport profile (default default)"),
     ("--packet-size", "BYTES", "data payload per packet (default: the profile's; 256 in seed, 1458 in default)"),
     ("--idle-timeout", "DURATION", "end the connection after this long without hearing from the peer (default: the profile's)"),

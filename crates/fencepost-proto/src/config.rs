@@ -162,7 +162,7 @@ impl TransportConfig {
             // Until a loss-tolerant controller exists, a fixed window: right for the
             // lossy links fencepost is built for, unfair on a shared congested path
             // (choose Tahoe there). Tahoe collapses to one packet per RTO at 30 % loss.
-            controller: ControllerConfig::Fixed(FixedConfig::default().window_packets(64)),
+            controller: ControllerConfig::Fixed(FixedConfig::default().window_packets(64).pace_by_rtt(true)),
             redundancy: RedundancyConfig::None,
             record_rtt_samples: true,
             trace: false,

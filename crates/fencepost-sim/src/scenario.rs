@@ -250,7 +250,15 @@ fn parse_gilbert(params: &str) -> Result<LossModel, UnitError> {
     Ok(LossModel::GilbertElliott { p, r, loss_good: good, loss_bad: bad })
 }
 
-/// `none[:window=N,rate=R]` or `tahoe[:iw=N,ssthresh=N,pacing=on|off]`.
+fn switch(value: &str) -> Result<bool, UnitError> {
+    match value {
+        "on" | "true" => Ok(true),
+        "off" | "false" => Ok(false),
+        _ => Err(UnitError(format!("pacing: {value:?}; accepted: on, off"))),
+    }
+}
+
+/// `none[:window=N,rate=R,pacing=on|off]` or `tahoe[:iw=N,ssthresh=N,pacing=on|off]`.
 pub fn parse_cc(spec: &str, transport: &TransportConfig) -> Result<ControllerConfig, UnitError> {
     let (name, params) = spec.split_once(':').unwrap_or((spec, ""));
     let number = |key: &str, value: &str| -> Result<u64, UnitError> {
@@ -262,9 +270,10 @@ pub fn parse_cc(spec: &str, transport: &TransportConfig) -> Result<ControllerCon
                 ControllerConfig::Fixed(f) => f.clone(),
                 _ => FixedConfig::default(),
             };
-            for (key, value) in parse_params(params, &["window", "rate"])? {
+            for (key, value) in parse_params(params, &["window", "rate", "pacing"])? {
                 match key {
                     "window" => config = config.window_packets(number(key, value)?),
+                    "pacing" => config = config.pace_by_rtt(switch(value)?),
                     _ => config = config.pacing_rate(Some(units::parse_rate(value).map_err(|e| UnitError(format!("rate: {e}")))? / 8)),
                 }
             }
@@ -276,18 +285,12 @@ pub fn parse_cc(spec: &str, transport: &TransportConfig) -> Result<ControllerCon
                 match key {
                     "iw" => config = config.initial_window(number(key, value)?),
                     "ssthresh" => config = config.initial_ssthresh(Some(number(key, value)?)),
-                    _ => {
-                        config = config.pacing(match value {
-                            "on" | "true" => true,
-                            "off" | "false" => false,
-                            _ => return Err(UnitError(format!("pacing: {value:?}; accepted: on, off"))),
-                        })
-                    }
+                    _ => config = config.pacing(switch(value)?),
                 }
             }
             Ok(ControllerConfig::Tahoe(config))
         }
-        other => Err(UnitError(format!("{other:?} is not a congestion controller; accepted: none[:window=N,rate=R], tahoe[:iw=N,ssthresh=N,pacing=on|off]"))),
+        other => Err(UnitError(format!("{other:?} is not a congestion controller; accepted: none[:window=N,rate=R,pacing=on|off], tahoe[:iw=N,ssthresh=N,pacing=on|off]"))),
     }
 }
 
@@ -296,7 +299,7 @@ pub fn describe_cc(config: &ControllerConfig) -> String {
     match config {
         ControllerConfig::Fixed(f) => match f.pacing_rate {
             Some(rate) => format!("none:window={},rate={}bit", f.window_packets, rate * 8),
-            None => format!("none:window={}", f.window_packets),
+            None => format!("none:window={},pacing={}", f.window_packets, if f.pace_by_rtt { "on" } else { "off" }),
         },
         ControllerConfig::Tahoe(t) => {
             let mut s = format!("tahoe:iw={}", t.initial_window);
@@ -346,7 +349,7 @@ mod tests {
     #[test]
     fn cc_specs_round_trip() {
         let t = TransportConfig::default_profile();
-        for spec in ["none:window=64", "none:window=10,rate=8000000bit", "tahoe:iw=1,ssthresh=10,pacing=off"] {
+        for spec in ["none:window=64,pacing=off", "none:window=10,rate=8000000bit", "tahoe:iw=1,ssthresh=10,pacing=off", "none:window=8,pacing=on"] {
             let cc = parse_cc(spec, &t).unwrap();
             assert_eq!(describe_cc(&cc), spec);
         }

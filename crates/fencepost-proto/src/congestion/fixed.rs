@@ -2,20 +2,24 @@
 //! optional pacing rate. The TCP "THERMAL" idea (`shared/seeds/tcp-thermal.txt`):
 //! on a lossy link with few competitors, backing off only wastes the link.
 
-use super::{Controller, Pacer};
+use super::{pacing_rate, Controller, Pacer};
+use crate::rtt::RttEstimator;
 use crate::time::Instant;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct FixedConfig {
     /// Packets that may be in flight.
     pub window_packets: u64,
-    /// Pacing rate in bytes per second; `None` sends as fast as the window allows.
+    /// Pacing rate in bytes per second. Takes precedence over `pace_by_rtt`.
     pub pacing_rate: Option<u64>,
+    /// Without a fixed rate: spread each window over a round trip (1.25 x window / srtt)
+    /// instead of sending it as a burst.
+    pub pace_by_rtt: bool,
 }
 
 impl Default for FixedConfig {
     fn default() -> Self {
-        FixedConfig { window_packets: 256, pacing_rate: None }
+        FixedConfig { window_packets: 256, pacing_rate: None, pace_by_rtt: false }
     }
 }
 
@@ -28,19 +32,31 @@ impl FixedConfig {
         self.pacing_rate = bytes_per_second.filter(|&r| r > 0);
         self
     }
+    pub fn pace_by_rtt(mut self, on: bool) -> Self {
+        self.pace_by_rtt = on;
+        self
+    }
 }
 
 #[derive(Debug)]
 pub struct Fixed {
     window: u64,
     pacer: Option<Pacer>,
+    pace_by_rtt: bool,
 }
 
 impl Fixed {
     pub fn new(config: FixedConfig, mss: u64) -> Self {
+        let pacer = match config.pacing_rate {
+            Some(rate) => Some(Pacer::new(rate, 4 * mss)),
+            // The rate is unknown until the first RTT sample; until then, no pacing.
+            None if config.pace_by_rtt => Some(Pacer::new(0, 10 * mss)),
+            None => None,
+        };
         Fixed {
             window: config.window_packets.max(1) * mss,
-            pacer: config.pacing_rate.map(|rate| Pacer::new(rate, 4 * mss)),
+            pace_by_rtt: config.pacing_rate.is_none() && config.pace_by_rtt,
+            pacer,
         }
     }
 }
@@ -49,6 +65,14 @@ impl Controller for Fixed {
     fn on_sent(&mut self, now: Instant, bytes: u64, _bytes_in_flight: u64) {
         if let Some(p) = &mut self.pacer {
             p.on_sent(now, bytes);
+        }
+    }
+
+    fn on_ack(&mut self, _now: Instant, _sent: Instant, _bytes: u64, rtt: &RttEstimator) {
+        if let (true, Some(p)) = (self.pace_by_rtt, &mut self.pacer) {
+            if rtt.has_sample() {
+                p.set_rate(pacing_rate(self.window, rtt));
+            }
         }
     }
 
@@ -81,5 +105,20 @@ mod tests {
         cc.on_retransmission_timeout(Instant::from_millis(6));
         assert_eq!(cc.window(), 10_000);
         assert_eq!(cc.earliest_departure_time(), None);
+    }
+
+    #[test]
+    fn paces_a_window_per_round_trip() {
+        let mut cc = Fixed::new(FixedConfig::default().window_packets(10).pace_by_rtt(true), 1000);
+        let mut rtt = RttEstimator::new(crate::time::Duration::from_millis(100));
+        assert_eq!(cc.earliest_departure_time(), None, "no rate before the first sample");
+        rtt.update(crate::time::Duration::from_millis(100));
+        cc.on_ack(Instant::ZERO, Instant::ZERO, 1000, &rtt);
+        // 10 000 bytes per 100 ms x 1.25 = 125 000 bytes/s: 8 ms a packet once the burst is spent.
+        let t = Instant::from_millis(1000);
+        for _ in 0..11 {
+            cc.on_sent(t, 1000, 0);
+        }
+        assert_eq!(cc.earliest_departure_time().unwrap() - t, crate::time::Duration::from_millis(8));
     }
 }

@@ -60,6 +60,13 @@ pub trait Controller: fmt::Debug + Send {
     fn name(&self) -> &'static str;
 }
 
+/// Bytes per second that send `window` bytes in 4/5 of a smoothed RTT: fast
+/// enough to fill the window, slow enough not to burst it into a queue.
+pub fn pacing_rate(window: u64, rtt: &RttEstimator) -> u64 {
+    let srtt = rtt.get().total_micros().max(1) as u128;
+    ((window as u128 * 5 / 4 * 1_000_000 / srtt) as u64).max(1)
+}
+
 /// Which controller a connection builds, with its settings.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ControllerConfig {

@@ -3,7 +3,7 @@
 //! then one packet per window per round trip; on loss the threshold halves
 //! and the window drops to a single packet.
 
-use super::{Controller, Pacer};
+use super::{pacing_rate, Controller, Pacer};
 use crate::rtt::RttEstimator;
 use crate::time::Instant;
 
@@ -88,9 +88,7 @@ impl Controller for Tahoe {
         }
         if let Some(p) = &mut self.pacer {
             if rtt.has_sample() {
-                let srtt = rtt.get().total_micros().max(1) as u128;
-                let rate = (self.cwnd as u128 * 5 / 4 * 1_000_000 / srtt) as u64;
-                p.set_rate(rate.max(1));
+                p.set_rate(pacing_rate(self.cwnd, rtt));
             }
         }
     }
