@@ -61,6 +61,7 @@ class SimResult:
     acks_received: int
     duplicate_acks_received: int
     packets_presumed_lost: int
+    spurious_retransmissions: int
     congestion_events: int
     retransmission_timeouts: int
     peer_packets_sent: int

@@ -172,6 +172,9 @@ pub struct Connection {
     /// `window` recovery: the sequence number that ends NewReno-style recovery.
     window_recovery_point: Option<u64>,
     duplicate_acks: u32,
+    /// Loss-detection tolerance for reordering; grows when a retransmission proves spurious.
+    reorder_threshold: u64,
+    time_threshold: f64,
     last_ack_eliciting_sent: Instant,
     last_handshake_sent: Instant,
     handshake_due: bool,
@@ -244,6 +247,8 @@ impl Connection {
             recovery_start: None,
             window_recovery_point: None,
             duplicate_acks: 0,
+            reorder_threshold: config.reorder_threshold,
+            time_threshold: config.time_threshold,
             last_ack_eliciting_sent: now,
             last_handshake_sent: now,
             handshake_due: true,
@@ -739,6 +744,13 @@ impl Connection {
         self.take_rtt_sample(now, ack.echo_timestamp, ack.ack_delay);
 
         let mut newly_acked = 0u64;
+        let mut spurious = 0u64;
+        let mut reordered = false;
+        // The ack was written on receipt of the packet this timestamp names; if that
+        // packet left before our latest retransmission of something the ack covers,
+        // the receiver had the original: the retransmission was spurious (RFC 8985 uses
+        // DSACK for the same purpose).
+        let echoed_sent = self.instant_of_timestamp(now, ack.echo_timestamp);
         {
             let Connection { disassembler, controller, rtt, .. } = self;
             let mut on_acked = |a: Acked| {
@@ -746,10 +758,14 @@ impl Connection {
                 if a.was_in_flight {
                     controller.on_ack(now, a.sent, a.bytes, rtt);
                 }
+                if a.transmissions > 1 && echoed_sent.is_some_and(|e| e < a.sent) {
+                    spurious += 1;
+                    reordered |= a.resent_by_threshold;
+                }
             };
-            disassembler.ack_below(fence_base, &mut on_acked);
+            disassembler.ack_below(fence_base, echoed_sent, &mut on_acked);
             if self.config.arq == Arq::Fence {
-                disassembler.ack_bitmap(fence_base, ack.bitmap, &mut on_acked);
+                disassembler.ack_bitmap(fence_base, ack.bitmap, echoed_sent, &mut on_acked);
             }
         }
         if self.config.trace {
@@ -758,6 +774,15 @@ impl Connection {
         }
         if newly_acked > 0 {
             self.rto_backoff = 0;
+        }
+        self.stats.spurious_retransmissions += spurious;
+        if reordered {
+            // A hole we resent had only been overtaken: the path reorders more than we
+            // allowed for. Widen both thresholds (as Linux raises tcp_reordering), up to
+            // a large window's worth and a couple of round trips. (A spurious timeout
+            // says the RTT jumped, not that packets reorder, so it does not count here.)
+            self.reorder_threshold = (self.reorder_threshold * 2).min(1024);
+            self.time_threshold = (self.time_threshold * 1.5).min(2.0);
         }
 
         let advanced = fence_base > lowest;
@@ -797,7 +822,7 @@ impl Connection {
             }
         } else if duplicate {
             self.duplicate_acks += 1;
-            if self.duplicate_acks as u64 == self.config.reorder_threshold && self.window_recovery_point.is_none() {
+            if self.duplicate_acks as u64 == self.reorder_threshold && self.window_recovery_point.is_none() {
                 if self.resend_first_hole(now, LossTrigger::DuplicateAcks) {
                     self.window_recovery_point = Some(self.disassembler.next_seq());
                 }
@@ -823,8 +848,8 @@ impl Connection {
             return;
         }
         let rtt = self.rtt.get().max(self.rtt.latest());
-        let loss_delay = rtt.mul_f64(self.config.time_threshold).max(Duration::from_millis(1));
-        let losses = self.disassembler.detect_losses(now, self.config.reorder_threshold, loss_delay);
+        let loss_delay = rtt.mul_f64(self.time_threshold).max(Duration::from_millis(1));
+        let losses = self.disassembler.detect_losses(now, self.reorder_threshold, loss_delay);
         self.timers.put(Timer::LossDetection, losses.next_check);
         if losses.packets > 0 {
             self.stats.packets_lost += losses.packets;
@@ -852,7 +877,10 @@ impl Connection {
                 self.rto_backoff += 1;
             }
             State::Established | State::Closed => {
-                let lost = self.disassembler.on_retransmission_timeout();
+                let lost = match self.config.arq {
+                    Arq::Fence => self.disassembler.on_probe_timeout(2),
+                    Arq::Window => self.disassembler.on_retransmission_timeout(),
+                };
                 if lost > 0 {
                     self.stats.packets_lost += lost;
                     self.stats.retransmission_timeouts += 1;
@@ -912,6 +940,16 @@ impl Connection {
     }
 
     // ---- internals: sending ----
+
+    /// When we sent the packet carrying `timestamp` (our own clock, echoed back): the
+    /// latest instant not after `now` whose timestamp has those 32 bits. `None` for 0.
+    fn instant_of_timestamp(&self, now: Instant, timestamp: u32) -> Option<Instant> {
+        if timestamp == 0 {
+            return None;
+        }
+        let elapsed = self.timestamp(now).wrapping_sub(timestamp) as u64;
+        Some(now - Duration::from_micros(elapsed))
+    }
 
     fn timestamp(&self, now: Instant) -> u32 {
         let t = (now - self.epoch).total_micros() as u32;
@@ -1076,7 +1114,8 @@ impl Connection {
         }
         let continuous = self.config.send_policy == SendPolicy::Continuous;
         let rto = self.rtt.rto(self.config.max_ack_delay, self.config.min_rto, self.config.max_rto);
-        let backed_off = rto.saturating_mul(1 << self.rto_backoff.min(16)).min(self.config.max_rto.max(rto));
+        let doublings = self.rto_backoff.min(self.controller.max_timeout_doublings()).min(16);
+        let backed_off = rto.saturating_mul(1 << doublings).min(self.config.max_rto.max(rto));
         let retransmit = match self.state {
             // Handshake packets are tiny and nothing works until one gets through: on a
             // lossy link, retrying at most every second beats backing off to the maximum.

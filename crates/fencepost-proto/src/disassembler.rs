@@ -32,6 +32,8 @@ struct Segment {
     /// Transmission number of the latest transmission.
     last_tx: u64,
     last_sent: Instant,
+    /// The latest loss was inferred from reordering thresholds (not a timeout).
+    lost_by_threshold: bool,
 }
 
 impl Segment {
@@ -59,6 +61,9 @@ pub struct Acked {
     pub bytes: u64,
     /// It was counted in flight (not already presumed lost).
     pub was_in_flight: bool,
+    pub transmissions: u32,
+    /// The latest retransmission followed a loss inferred from reordering thresholds.
+    pub resent_by_threshold: bool,
 }
 
 #[derive(Debug)]
@@ -212,10 +217,10 @@ impl Disassembler {
             while self.write_ends.front().is_some_and(|&end| end <= self.segmented_upto) {
                 self.write_ends.pop_front();
             }
-            Segment { offset, len: len as u32, fin: false, state: SegmentState::Lost, transmissions: 0, last_tx: 0, last_sent: Instant::ZERO }
+            Segment { offset, len: len as u32, fin: false, state: SegmentState::Lost, transmissions: 0, last_tx: 0, last_sent: Instant::ZERO, lost_by_threshold: false }
         } else if self.fin_requested && self.fin_seq.is_none() {
             self.fin_seq = Some(seq);
-            Segment { offset: self.segmented_upto, len: 0, fin: true, state: SegmentState::Lost, transmissions: 0, last_tx: 0, last_sent: Instant::ZERO }
+            Segment { offset: self.segmented_upto, len: 0, fin: true, state: SegmentState::Lost, transmissions: 0, last_tx: 0, last_sent: Instant::ZERO, lost_by_threshold: false }
         } else {
             return None;
         };
@@ -275,10 +280,11 @@ impl Disassembler {
     // ---- acknowledgements ----
 
     /// Everything below `fence_base` is held by the peer. Calls `on_acked` for each newly acknowledged packet.
-    pub fn ack_below(&mut self, fence_base: u64, mut on_acked: impl FnMut(Acked)) {
+    /// `echoed_sent` is when the packet whose timestamp the ack echoes was sent (see `mark_acked`).
+    pub fn ack_below(&mut self, fence_base: u64, echoed_sent: Option<Instant>, mut on_acked: impl FnMut(Acked)) {
         let end = fence_base.min(self.next_seq());
         for seq in self.seg_base..end {
-            self.mark_acked(seq, &mut on_acked);
+            self.mark_acked(seq, echoed_sent, &mut on_acked);
         }
         if self.largest_acked_seq.is_some_and(|l| l < end) {
             self.largest_acked_seq = Some(end - 1);
@@ -292,7 +298,7 @@ impl Disassembler {
 
     /// The fence bitmap (bit `i`, byte `i / 8`, bit `i % 8` from the least significant:
     /// sequence `fence_base + 1 + i` is held). Calls `on_acked` for each newly acknowledged packet.
-    pub fn ack_bitmap(&mut self, fence_base: u64, bitmap: &[u8], mut on_acked: impl FnMut(Acked)) {
+    pub fn ack_bitmap(&mut self, fence_base: u64, bitmap: &[u8], echoed_sent: Option<Instant>, mut on_acked: impl FnMut(Acked)) {
         let next = self.next_seq();
         let first = fence_base + 1;
         let end = (first + bitmap.len() as u64 * 8).min(next);
@@ -307,7 +313,7 @@ impl Disassembler {
                 return false;
             }
             if seq >= first && seq < end && held(seq) {
-                self.mark_acked(seq, &mut on_acked);
+                self.mark_acked(seq, echoed_sent, &mut on_acked);
                 return false;
             }
             true
@@ -329,14 +335,19 @@ impl Disassembler {
                     }
                 }
                 self.largest_acked_seq = Some(seq);
-                self.mark_acked(seq, &mut on_acked);
+                self.mark_acked(seq, echoed_sent, &mut on_acked);
             }
             seq += 1;
         }
         self.release_acked_prefix();
     }
 
-    fn mark_acked(&mut self, seq: u64, on_acked: &mut impl FnMut(Acked)) {
+    /// Marks one packet held by the peer. The transmissions sent after it move loss
+    /// detection's "largest acknowledged" only when the ack is known to reflect the
+    /// latest transmission: a retransmitted packet acknowledged by an ack that echoes
+    /// something older than the retransmission was held thanks to an earlier copy, and
+    /// crediting the retransmission would declare everything sent before it lost.
+    fn mark_acked(&mut self, seq: u64, echoed_sent: Option<Instant>, on_acked: &mut impl FnMut(Acked)) {
         let Some(index) = seq.checked_sub(self.seg_base) else { return };
         let Some(seg) = self.segments.get_mut(index as usize) else { return };
         // A packet never sent cannot be held by the peer; ignore such a claim.
@@ -349,8 +360,17 @@ impl Disassembler {
             self.bytes_in_flight -= bytes;
         }
         seg.state = SegmentState::Acked;
-        self.largest_acked_tx = Some(self.largest_acked_tx.map_or(seg.last_tx, |l| l.max(seg.last_tx)));
-        on_acked(Acked { seq, sent: seg.last_sent, bytes, was_in_flight });
+        if seg.transmissions == 1 || echoed_sent.is_some_and(|e| e >= seg.last_sent) {
+            self.largest_acked_tx = Some(self.largest_acked_tx.map_or(seg.last_tx, |l| l.max(seg.last_tx)));
+        }
+        on_acked(Acked {
+            seq,
+            sent: seg.last_sent,
+            bytes,
+            was_in_flight,
+            transmissions: seg.transmissions,
+            resent_by_threshold: seg.lost_by_threshold,
+        });
     }
 
     fn release_acked_prefix(&mut self) {
@@ -393,6 +413,7 @@ impl Disassembler {
             if largest - tx >= reorder_threshold || now >= sent + loss_delay {
                 self.tx_order.pop_front();
                 let bytes = self.declare_lost(index);
+                self.segments[index].lost_by_threshold = true;
                 losses.packets += 1;
                 losses.bytes += bytes;
                 losses.earliest_sent = Some(losses.earliest_sent.map_or(sent, |e: Instant| e.min(sent)));
@@ -407,6 +428,7 @@ impl Disassembler {
     fn declare_lost(&mut self, index: usize) -> u64 {
         let seg = &mut self.segments[index];
         seg.state = SegmentState::Lost;
+        seg.lost_by_threshold = false;
         let bytes = seg.wire_bytes();
         self.bytes_in_flight -= bytes;
         self.retransmit_queue.push_back(self.seg_base + index as u64);
@@ -438,8 +460,9 @@ impl Disassembler {
         None
     }
 
-    /// The retransmission timer expired: every packet in flight is presumed lost,
-    /// to be resent lowest sequence number first. Returns how many.
+    /// The retransmission timer expired with a cumulative ack only (`window`): every
+    /// packet in flight is presumed lost, to be resent lowest sequence number first
+    /// (go-back-N). Returns how many.
     pub fn on_retransmission_timeout(&mut self) -> u64 {
         let mut count = 0;
         for index in 0..self.segments.len() {
@@ -457,6 +480,31 @@ impl Disassembler {
         }
         self.tx_order.clear();
         count
+    }
+
+    /// The retransmission timer expired with a fence: only the oldest `probes`
+    /// transmissions in flight are presumed lost and resent (RFC 9002 sends up to two
+    /// probe packets). The fence that answers them shows exactly which of the others
+    /// are missing, and loss detection takes it from there, instead of resending a
+    /// window of packets that may have arrived.
+    pub fn on_probe_timeout(&mut self, probes: u64) -> u64 {
+        let mut declared = Vec::new();
+        while let Some(&(tx, seq)) = self.tx_order.front() {
+            if declared.len() as u64 == probes {
+                break;
+            }
+            self.tx_order.pop_front();
+            if self.is_current(tx, seq) {
+                self.declare_lost((seq - self.seg_base) as usize);
+                self.retransmit_queue.pop_back();
+                declared.push(seq);
+            }
+        }
+        // The probes go first, oldest first.
+        for &seq in declared.iter().rev() {
+            self.retransmit_queue.push_front(seq);
+        }
+        declared.len() as u64
     }
 }
 
@@ -497,9 +545,9 @@ mod tests {
         assert_eq!(d.write(&[0; 1500]), 1000);
         assert_eq!(d.write(&[0; 1]), 0);
         send_all(&mut d, Instant::ZERO, 500);
-        d.ack_below(1, |_| {});
+        d.ack_below(1, None, |_| {});
         assert_eq!(d.free_space(), 500, "acking the first packet frees its bytes");
-        d.ack_bitmap(0, &[0b1], |_| {});
+        d.ack_bitmap(0, &[0b1], None, |_| {});
         assert_eq!(d.free_space(), 1000);
         assert!(!d.has_outstanding());
     }
@@ -511,8 +559,8 @@ mod tests {
         send_all(&mut d, Instant::ZERO, 100); // seqs 0..=9
         let mut newly = Vec::new();
         // Fence base 2 (0 and 1 held), then 4, 5 and 9 held: offsets 1, 2, 6 from base 2.
-        d.ack_below(2, |a| newly.push(a.seq));
-        d.ack_bitmap(2, &[0b0100_0110], |a| newly.push(a.seq));
+        d.ack_below(2, None, |a| newly.push(a.seq));
+        d.ack_bitmap(2, &[0b0100_0110], None, |a| newly.push(a.seq));
         assert_eq!(newly, vec![0, 1, 4, 5, 9]);
         assert_eq!(d.lowest_unacked(), 2);
         assert_eq!(d.bytes_in_flight(), 5 * (DATA_OVERHEAD as u64 + 100));
@@ -538,6 +586,19 @@ mod tests {
     }
 
     #[test]
+    fn probe_timeout_resends_only_the_oldest() {
+        let mut d = Disassembler::new(1 << 16, false, true);
+        d.write(&[0; 300]);
+        send_all(&mut d, Instant::from_millis(1), 100);
+        assert_eq!(d.on_probe_timeout(2), 2);
+        assert_eq!(d.pop_retransmission(), Some(0));
+        assert_eq!(d.pop_retransmission(), Some(1));
+        assert_eq!(d.pop_retransmission(), None);
+        assert_eq!(d.bytes_in_flight(), DATA_OVERHEAD as u64 + 100);
+        assert_eq!(d.oldest_in_flight(), Some(Instant::from_millis(1)), "2 is still in flight");
+    }
+
+    #[test]
     fn fin_follows_the_data_and_is_acked_like_it() {
         let mut d = Disassembler::new(1 << 16, false, false);
         d.write(b"abc");
@@ -548,7 +609,7 @@ mod tests {
         let mut out = [0u8; 8];
         assert_eq!(d.copy_payload(1, &mut out), (0, true));
         assert!(!d.fin_acked());
-        d.ack_below(2, |_| {});
+        d.ack_below(2, None, |_| {});
         assert!(d.fin_acked());
     }
 }

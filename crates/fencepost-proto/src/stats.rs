@@ -35,6 +35,8 @@ pub struct ConnectionStats {
 
     /// Transmissions presumed lost (by fence holes, duplicate acks or timeouts).
     pub packets_lost: u64,
+    /// Retransmissions that proved needless: the original had arrived (the path reorders).
+    pub spurious_retransmissions: u64,
     pub congestion_events: u64,
     pub retransmission_timeouts: u64,
 

@@ -60,6 +60,7 @@ pub struct SimReport {
     pub acks_received: u64,
     pub duplicate_acks_received: u64,
     pub packets_presumed_lost: u64,
+    pub spurious_retransmissions: u64,
     pub congestion_events: u64,
     pub retransmission_timeouts: u64,
     pub peer_packets_sent: u64,

@@ -14,6 +14,7 @@ use std::sync::Arc;
 pub const OPTIONS: &[(&str, &str)] = &[
     ("workload", "bulk"),
     ("bytes", "1MB"),
+    ("duration", ""),
     ("messages", "1000"),
     ("delay", "10ms"),
     ("jitter", "0"),
@@ -53,7 +54,8 @@ impl std::error::Error for OptionError {}
 #[derive(Clone, Debug, PartialEq)]
 pub enum Workload {
     /// The client sends `bytes` of seeded random data and closes; the server reads it all and closes.
-    Bulk { bytes: u64 },
+    /// With `duration`, the client instead writes as fast as it can for that long, then closes.
+    Bulk { bytes: u64, duration: Option<Duration> },
     /// The seed article's benchmark: `messages` random messages of 200–400 bytes,
     /// 2–20 ms apart, echoed back by the server.
     Echo { messages: u32 },
@@ -141,11 +143,21 @@ impl Scenario {
 
         let workload = match get("workload").unwrap_or("bulk") {
             "bulk" => {
-                let bytes = units::parse_bytes(get("bytes").unwrap_or("1MB")).map_err(|e| fail("bytes", e))?;
+                let duration = dur("duration")?;
+                if duration.is_some() && given.contains_key("bytes") {
+                    return Err(fail("duration", "give either --bytes or --duration for a bulk transfer, not both"));
+                }
+                if duration == Some(Duration::ZERO) {
+                    return Err(fail("duration", "must be more than 0"));
+                }
+                let bytes = match duration {
+                    Some(_) => u64::MAX,
+                    None => units::parse_bytes(get("bytes").unwrap_or("1MB")).map_err(|e| fail("bytes", e))?,
+                };
                 if bytes == 0 {
                     return Err(fail("bytes", "must be at least 1 byte"));
                 }
-                Workload::Bulk { bytes }
+                Workload::Bulk { bytes, duration }
             }
             "echo" => {
                 let messages: u32 = get("messages")
@@ -212,6 +224,9 @@ impl Scenario {
         let mut options: BTreeMap<String, String> =
             OPTIONS.iter().filter(|(_, d)| !d.is_empty()).map(|(k, d)| (k.to_string(), d.to_string())).collect();
         options.extend(given);
+        if options.contains_key("duration") {
+            options.remove("bytes");
+        }
         options.insert("cc".into(), describe_cc(&transport.controller));
         Ok(Scenario {
             workload,

@@ -38,13 +38,49 @@ pub trait TraceSink {
     fn record(&mut self, role: Role, event: &TraceEvent);
 }
 
+/// The bulk workload's bytes: a seeded random 64 KiB block, each 8-byte word
+/// mixed with its position in the stream, so that every offset has its own
+/// content (a byte out of place is caught) at the cost of a copy, not an RNG call.
+struct BulkPattern {
+    block: Vec<u64>,
+}
+
+impl BulkPattern {
+    const WORDS: usize = 8192;
+
+    fn new(seed: u64) -> Self {
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
+        BulkPattern { block: (0..Self::WORDS).map(|_| rng.next_u64()).collect() }
+    }
+
+    /// Fills `out` with the stream's bytes from `offset` (a multiple of 8).
+    fn fill(&self, offset: u64, out: &mut [u8]) {
+        debug_assert_eq!(offset % 8, 0);
+        let word_at = |index: u64| self.block[(index as usize) % Self::WORDS] ^ index.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let mut words = out.chunks_exact_mut(8);
+        let mut index = offset / 8;
+        for word in &mut words {
+            word.copy_from_slice(&word_at(index).to_le_bytes());
+            index += 1;
+        }
+        let tail = words.into_remainder();
+        let len = tail.len();
+        tail.copy_from_slice(&word_at(index).to_le_bytes()[..len]);
+    }
+}
+
 /// The client's application.
 enum ClientApp {
     Bulk {
         remaining: u64,
+        /// A timed transfer stops writing at this instant.
+        write_until: Option<Instant>,
+        written: u64,
+        pattern: BulkPattern,
         chunk: Vec<u8>,
         chunk_pos: usize,
-        rng: Xoshiro256PlusPlus,
+        /// Stream offset of `chunk[0]`.
+        chunk_offset: u64,
         closed: bool,
     },
     Echo {
@@ -62,7 +98,7 @@ enum ClientApp {
 /// Regenerates what the receiving application must see, to catch a wrong byte the moment it is read.
 enum Verifier {
     /// The bulk stream, regenerated from the client's seed in the same 64 KiB chunks.
-    Bulk { rng: Xoshiro256PlusPlus, chunk: Vec<u8>, pos: usize },
+    Bulk { pattern: BulkPattern, chunk: Vec<u8>, pos: usize, offset: u64 },
     /// Echo: the bytes the client sent and has not yet had back.
     Echo { unechoed: std::collections::VecDeque<u8> },
 }
@@ -72,11 +108,12 @@ impl Verifier {
     fn check(&mut self, got: &[u8]) -> u64 {
         let mut wrong = 0u64;
         match self {
-            Verifier::Bulk { rng, chunk, pos } => {
+            Verifier::Bulk { pattern, chunk, pos, offset } => {
                 let mut rest = got;
                 while !rest.is_empty() {
                     if *pos == chunk.len() {
-                        rng.fill_bytes(chunk);
+                        *offset = offset.wrapping_add(chunk.len() as u64);
+                        pattern.fill(*offset, chunk);
                         *pos = 0;
                     }
                     let n = rest.len().min(chunk.len() - *pos);
@@ -110,6 +147,8 @@ struct Outcome {
     payload_size: usize,
     /// Bytes read by an application that differ from what was sent (must stay 0).
     wrong_bytes: u64,
+    /// A timed bulk transfer: bytes the server had read when the writing time ended.
+    delivered_at_deadline: Option<u64>,
 }
 
 pub struct Simulation {
@@ -153,9 +192,19 @@ impl Simulation {
         let client_conn = client.connect(start, SERVER);
         let app_rng = Xoshiro256PlusPlus::seed_from_u64(sub_seed(seed, 5));
         let (app, bytes_expected) = match scenario.workload {
-            Workload::Bulk { bytes } => (
-                ClientApp::Bulk { remaining: bytes, chunk: vec![0; 64 * 1024], chunk_pos: 64 * 1024, rng: app_rng, closed: false },
-                bytes,
+            Workload::Bulk { bytes, duration } => (
+                ClientApp::Bulk {
+                    remaining: bytes,
+                    write_until: duration.map(|d| start + d),
+                    written: 0,
+                    pattern: BulkPattern::new(sub_seed(seed, 5)),
+                    chunk: vec![0; 64 * 1024],
+                    chunk_pos: 64 * 1024,
+                    // The first refill moves to offset 0.
+                    chunk_offset: 0u64.wrapping_sub(64 * 1024),
+                    closed: false,
+                },
+                if duration.is_some() { 0 } else { bytes },
             ),
             Workload::Echo { messages } => (
                 ClientApp::Echo {
@@ -173,9 +222,10 @@ impl Simulation {
         let payload_size = scenario.transport.max_payload as usize;
         let verifier = match scenario.workload {
             Workload::Bulk { .. } => Verifier::Bulk {
-                rng: Xoshiro256PlusPlus::seed_from_u64(sub_seed(seed, 5)),
+                pattern: BulkPattern::new(sub_seed(seed, 5)),
                 chunk: vec![0; 64 * 1024],
                 pos: 64 * 1024,
+                offset: 0u64.wrapping_sub(64 * 1024),
             },
             Workload::Echo { .. } => Verifier::Echo { unechoed: std::collections::VecDeque::new() },
         };
@@ -204,6 +254,7 @@ impl Simulation {
                 rtt_samples: Vec::new(),
                 payload_size,
                 wrong_bytes: 0,
+                delivered_at_deadline: None,
             },
             buf: vec![0; 65_536],
             read_buf: vec![0; 65_536],
@@ -269,6 +320,7 @@ impl Simulation {
 
     fn app_wakeup(&self) -> Option<Instant> {
         match &self.app {
+            ClientApp::Bulk { write_until: Some(until), closed: false, .. } => Some(*until),
             ClientApp::Echo { messages_left, next_at, pending, .. } if *messages_left > 0 && pending.is_empty() => Some(*next_at),
             _ => None,
         }
@@ -343,10 +395,19 @@ impl Simulation {
         let now = self.now;
         let Some(conn) = self.client.connection_mut(self.client_conn) else { return };
         match &mut self.app {
-            ClientApp::Bulk { remaining, chunk, chunk_pos, rng, closed } => {
+            ClientApp::Bulk { remaining, write_until, written, pattern, chunk, chunk_pos, chunk_offset, closed } => {
+                if write_until.is_some_and(|until| now >= until) && !*closed {
+                    // A timed transfer ends here: what was written is what must arrive.
+                    *remaining = 0;
+                    self.bytes_expected = *written;
+                    if self.outcome.delivered_at_deadline.is_none() {
+                        self.outcome.delivered_at_deadline = Some(self.server_received);
+                    }
+                }
                 while *remaining > 0 {
                     if *chunk_pos == chunk.len() {
-                        rng.fill_bytes(chunk);
+                        *chunk_offset = chunk_offset.wrapping_add(chunk.len() as u64);
+                        pattern.fill(*chunk_offset, chunk);
                         *chunk_pos = 0;
                     }
                     let want = (*remaining).min((chunk.len() - *chunk_pos) as u64) as usize;
@@ -357,6 +418,7 @@ impl Simulation {
                     self.digests.update(Stream::Sent, &chunk[*chunk_pos..*chunk_pos + n]);
                     *chunk_pos += n;
                     *remaining -= n as u64;
+                    *written += n as u64;
                 }
                 if *remaining == 0 && !*closed {
                     conn.close(now);
@@ -544,7 +606,12 @@ impl Simulation {
             sha256: sent_digest.iter().map(|b| format!("{b:02x}")).collect(),
             payload_size: self.outcome.payload_size,
             duration_s: duration,
-            goodput_bps: if duration > 0.0 { bytes_delivered as f64 * 8.0 / duration } else { 0.0 },
+            goodput_bps: match (self.outcome.delivered_at_deadline, self.scenario.workload.clone()) {
+                // A timed transfer: what arrived while the sender was writing, over that time.
+                (Some(bytes), Workload::Bulk { duration: Some(d), .. }) => bytes as f64 * 8.0 / d.as_secs_f64(),
+                _ if duration > 0.0 => bytes_delivered as f64 * 8.0 / duration,
+                _ => 0.0,
+            },
             packets_sent: c.packets_sent,
             data_packets_sent: c.data_packets_sent,
             retransmissions: c.retransmissions,
@@ -554,6 +621,7 @@ impl Simulation {
             acks_received: c.acks_received,
             duplicate_acks_received: c.duplicate_acks_received,
             packets_presumed_lost: c.packets_lost,
+            spurious_retransmissions: c.spurious_retransmissions,
             congestion_events: c.congestion_events,
             retransmission_timeouts: c.retransmission_timeouts,
             peer_packets_sent: s.packets_sent,

@@ -84,6 +84,11 @@ impl Controller for Fixed {
         self.window
     }
 
+    fn max_timeout_doublings(&self) -> u32 {
+        // One doubling rides out a delay spike; more would only stall a lossy link.
+        1
+    }
+
     fn earliest_departure_time(&self) -> Option<Instant> {
         self.pacer.as_ref().and_then(Pacer::earliest_departure_time)
     }

@@ -46,6 +46,13 @@ pub trait Controller: fmt::Debug + Send {
     /// Bytes that may be in flight.
     fn window(&self) -> u64;
 
+    /// How many times consecutive retransmission timeouts may double the timer
+    /// (RFC 6298 5.5). Backing off protects a congested path; a controller that
+    /// never backs off on loss can say so here too, which TCP THERMAL wished Linux allowed.
+    fn max_timeout_doublings(&self) -> u32 {
+        16
+    }
+
     /// Slow-start threshold, for controllers that have one (reported in traces).
     fn ssthresh(&self) -> Option<u64> {
         None
