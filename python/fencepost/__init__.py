@@ -11,5 +11,16 @@ from . import sim
 from ._core import __version__
 from ._errors import FencepostError, OptionError
 from .sim import LinkStats, SimResult
+from .sweep import Experiment, ExperimentError, sweep
 
-__all__ = ["FencepostError", "LinkStats", "OptionError", "SimResult", "__version__", "sim"]
+__all__ = [
+    "Experiment",
+    "ExperimentError",
+    "FencepostError",
+    "LinkStats",
+    "OptionError",
+    "SimResult",
+    "__version__",
+    "sim",
+    "sweep",
+]

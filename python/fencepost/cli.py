@@ -45,7 +45,59 @@ def _add_sim_parser(subparsers) -> None:
     for flag, metavar, help_text in SIM_OPTIONS:
         p.add_argument(flag, metavar=metavar, help=help_text)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
+    p.add_argument("--events", metavar="FILE", help="write the per-packet event log to FILE (JSON lines, qlog-style names)")
     p.set_defaults(handler=_cmd_sim)
+
+
+def _add_sweep_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "sweep",
+        help="a grid of simulated runs with trials, in parallel",
+        description=(
+            "Run every combination of the listed option values, each for --trials runs on distinct seeds, "
+            "in parallel. Options take comma-separated lists (--loss 10%%,20%%,30%% --arq window,fence); an "
+            "option with one value is the same for every run. Or give an experiment file (TOML). Results go to "
+            "--out: runs.jsonl/runs.csv (one row per run), summary.csv/summary.json (mean, std, 95%% CI per "
+            "condition) and experiment.toml. Re-running into the same folder skips finished runs."
+        ),
+    )
+    p.add_argument("experiment", nargs="?", metavar="EXPERIMENT.toml", help="experiment file (keys: name, trials, seed, workers, [grid], [fixed])")
+    p.add_argument("--out", metavar="DIR", required=True, help="output folder")
+    p.add_argument("--trials", metavar="N", type=_positive_int("--trials"), help="runs per condition (default 5, or the file's)")
+    p.add_argument("--workers", metavar="N", type=_positive_int("--workers"), help="parallel workers (default: one per core)")
+    p.add_argument("--seed", metavar="N", type=_positive_int("--seed", allow_zero=True), help="first trial's seed (default 1)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    for flag, metavar, help_text in SIM_OPTIONS:
+        if flag == "--seed":
+            continue
+        p.add_argument(flag, metavar=metavar + "[,...]", help=help_text)
+    p.set_defaults(handler=_cmd_sweep)
+
+
+def _add_demo_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "demo",
+        help="the seed experiments, with tables, plots and a report",
+        description="Run the seed documents' experiments in simulation (sliding fence, THERMAL, the congestion-control notebook), print their tables and write a report folder.",
+    )
+    p.add_argument("--out", metavar="DIR", default="fencepost-report", help="report folder (default fencepost-report)")
+    p.add_argument("--trials", metavar="N", type=_positive_int("--trials"), default=5, help="trials per condition (default 5)")
+    p.add_argument("--workers", metavar="N", type=_positive_int("--workers"), help="parallel workers (default: one per core)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(handler=_cmd_demo)
+
+
+def _positive_int(flag: str, allow_zero: bool = False):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < (0 if allow_zero else 1):
+            raise argparse.ArgumentTypeError(f"{value} is too small; {flag} is at least {0 if allow_zero else 1}")
+        return value
+
+    return parse
 
 
 def _given_options(args: argparse.Namespace) -> dict:
@@ -87,12 +139,53 @@ def format_summary(r: sim.SimResult) -> str:
 
 
 def _cmd_sim(args: argparse.Namespace) -> int:
-    result = sim.run(**_given_options(args))
+    result = sim.run(events=args.events, **_given_options(args))
     if args.json:
         print(json.dumps(result.as_dict() | {"options": dict(result.options)}, sort_keys=False))
     else:
         print(format_summary(result))
     return 0 if result.integrity_ok else 1
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from .sweep import Experiment, load_experiment, run_sweep, split_values
+
+    given = {k: split_values(v) for k, v in _given_options(args).items()}
+    workers = args.workers
+    if args.experiment:
+        experiment, file_workers = load_experiment(args.experiment)
+        workers = workers or file_workers
+        grid, fixed = dict(experiment.grid), dict(experiment.fixed)
+        for key, values in given.items():
+            # Command-line options override the file's.
+            grid.pop(key, None)
+            fixed.pop(key, None)
+            (grid.__setitem__(key, values) if len(values) > 1 else fixed.__setitem__(key, values[0]))
+        experiment = Experiment(grid=grid, fixed=fixed, trials=args.trials or experiment.trials,
+                                seed=experiment.seed if args.seed is None else args.seed,
+                                name=experiment.name, description=experiment.description)
+    else:
+        grid = {k: v for k, v in given.items() if len(v) > 1}
+        fixed = {k: v[0] for k, v in given.items() if len(v) == 1}
+        if not grid:
+            raise OptionError("sweep", "nothing to sweep: give an experiment file or an option with several values, like --loss 10%,20%")
+        experiment = Experiment(grid=grid, fixed=fixed, trials=args.trials or 5, seed=1 if args.seed is None else args.seed)
+    outcome = run_sweep(experiment, out=args.out, workers=workers, progress=not args.quiet)
+    print(f"{outcome.ran} runs done now, {outcome.skipped} already in {args.out}; {len(outcome.summary)} conditions summarised in {args.out}/summary.csv")
+    if outcome.interrupted:
+        print(f"interrupted: finished runs are kept; run the same command again to do the rest", file=sys.stderr)
+        return 130
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from .demo import run_demo
+
+    run_demo(out=args.out, trials=args.trials, workers=args.workers, progress=not args.quiet)
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -103,6 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
     _add_sim_parser(subparsers)
+    _add_sweep_parser(subparsers)
+    _add_demo_parser(subparsers)
     return parser
 
 

@@ -131,15 +131,17 @@ def check(**options: Any) -> dict[str, str]:
         raise option_error_from_native(exc) from None
 
 
-def run(**options: Any) -> SimResult:
-    """Runs one simulated scenario and returns its result.
+def run(events: Optional[str] = None, **options: Any) -> SimResult:
+    """Runs one simulated scenario and returns its result. With ``events``, the
+    per-packet event log is written to that path as JSON lines (see
+    ``fencepost.events``).
 
     >>> r = run(bytes="200kB", loss="20%", delay="5ms", seed=1)
     >>> r.integrity_ok
     True
     """
     try:
-        text = _core.simulate(normalize_options(options))
+        text = _core.simulate(normalize_options(options), None if events is None else str(events))
     except ValueError as exc:
         raise option_error_from_native(exc) from None
     return SimResult.from_json(text)

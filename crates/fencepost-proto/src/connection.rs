@@ -172,6 +172,10 @@ pub struct Connection {
     /// `window` recovery: the sequence number that ends NewReno-style recovery.
     window_recovery_point: Option<u64>,
     duplicate_acks: u32,
+    /// When an ack last acknowledged something new (RFC 6298 5.3 restarts the timer then).
+    last_ack_progress: Instant,
+    /// Probe packets a retransmission timeout may send past the congestion window (RFC 9002 6.2.4).
+    probe_budget: u32,
     /// Loss-detection tolerance for reordering; grows when a retransmission proves spurious.
     reorder_threshold: u64,
     time_threshold: f64,
@@ -247,6 +251,8 @@ impl Connection {
             recovery_start: None,
             window_recovery_point: None,
             duplicate_acks: 0,
+            last_ack_progress: now,
+            probe_budget: 0,
             reorder_threshold: config.reorder_threshold,
             time_threshold: config.time_threshold,
             last_ack_eliciting_sent: now,
@@ -770,10 +776,12 @@ impl Connection {
         }
         if self.config.trace {
             let bitmap_received = ack.received_offsets().count() as u32;
-            self.trace.push(TraceEvent::AckReceived { time: now, fence_base, bitmap_received, newly_acked });
+            let fence_top = ack.received_offsets().last().map_or(fence_base.saturating_sub(1), |i| fence_base + 1 + i as u64);
+            self.trace.push(TraceEvent::AckReceived { time: now, fence_base, fence_top, bitmap_received, newly_acked });
         }
         if newly_acked > 0 {
             self.rto_backoff = 0;
+            self.last_ack_progress = now;
         }
         self.stats.spurious_retransmissions += spurious;
         if reordered {
@@ -881,6 +889,7 @@ impl Connection {
                     Arq::Fence => self.disassembler.on_probe_timeout(2),
                     Arq::Window => self.disassembler.on_retransmission_timeout(),
                 };
+                self.probe_budget = lost.min(2) as u32;
                 if lost > 0 {
                     self.stats.packets_lost += lost;
                     self.stats.retransmission_timeouts += 1;
@@ -1053,21 +1062,32 @@ impl Connection {
         if !has_retransmission && !has_new {
             return None;
         }
-        if let Some(departure) = self.controller.earliest_departure_time() {
-            if departure > now {
-                self.timers.set(Timer::Pacing, departure);
+        // Probes after a timeout go out whatever the window and pacer say: they are
+        // how the sender learns what happened (RFC 9002 6.2.4).
+        let probing = self.probe_budget > 0 && has_retransmission;
+        if !probing {
+            if let Some(departure) = self.controller.earliest_departure_time() {
+                if departure > now {
+                    self.timers.set(Timer::Pacing, departure);
+                    return None;
+                }
+            }
+            let in_flight = self.disassembler.bytes_in_flight();
+            if in_flight > 0 && in_flight + self.config.max_datagram() as u64 > self.controller.window() {
                 return None;
             }
         }
-        let in_flight = self.disassembler.bytes_in_flight();
-        if in_flight > 0 && in_flight + self.config.max_datagram() as u64 > self.controller.window() {
-            return None;
-        }
         let payload = self.payload_size.min(buf.len().saturating_sub(wire::DATA_OVERHEAD));
         let seq = match self.disassembler.pop_retransmission() {
-            Some(seq) => seq,
-            None if has_new => self.disassembler.new_segment(payload)?,
-            None => return None,
+            Some(seq) => {
+                self.probe_budget = self.probe_budget.saturating_sub(1);
+                seq
+            }
+            None if has_new && !probing => self.disassembler.new_segment(payload)?,
+            None => {
+                self.probe_budget = 0;
+                return None;
+            }
         };
         self.emit_segment(now, seq, buf)
     }
@@ -1122,7 +1142,7 @@ impl Connection {
             State::Handshake if continuous => Some(self.last_handshake_sent + backed_off.min(rto.max(Duration::from_secs(1)))),
             State::Established | State::Closed if continuous => {
                 if let Some(oldest) = self.disassembler.oldest_in_flight() {
-                    Some(oldest + backed_off)
+                    Some(oldest.max(self.last_ack_progress) + backed_off)
                 } else if self.disassembler.has_new() && !self.flow_control_allows_new() {
                     Some(self.last_ack_eliciting_sent.max(now - backed_off) + backed_off)
                 } else {

@@ -37,8 +37,10 @@ pub enum TraceEvent {
     PacketSent { time: Instant, packet_type: PacketType, seq: Option<u64>, size: usize, retransmission: bool },
     /// qlog `transport:packet_received`.
     PacketReceived { time: Instant, packet_type: PacketType, seq: Option<u64>, size: usize },
-    /// An ack was processed: the fence it carried and how many packets it newly acknowledged.
-    AckReceived { time: Instant, fence_base: u64, bitmap_received: u32, newly_acked: u64 },
+    /// An ack was processed: the fence it carried (everything below `fence_base` held,
+    /// `bitmap_received` more up to `fence_top`, the highest held) and how many packets
+    /// it newly acknowledged.
+    AckReceived { time: Instant, fence_base: u64, fence_top: u64, bitmap_received: u32, newly_acked: u64 },
     /// qlog `recovery:packet_lost`.
     PacketLost { time: Instant, seq: Option<u64>, trigger: LossTrigger, count: u64 },
     /// qlog `recovery:metrics_updated`.

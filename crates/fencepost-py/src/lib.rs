@@ -2,17 +2,46 @@
 //! Python. Long calls release the GIL. Errors cross as `ValueError(option, message)`
 //! for bad options, which `fencepost` turns into its own exception types.
 
-use fencepost_sim::Scenario;
-use pyo3::exceptions::PyValueError;
+use fencepost_link::Trace;
+use fencepost_sim::events::JsonlWriter;
+use fencepost_sim::{Scenario, Simulation};
+use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
+use std::path::PathBuf;
 
 /// Runs one simulated scenario given as (option, value) pairs; returns the report as JSON.
+/// With `events`, writes the per-packet event log there as JSON lines.
+/// `hash_thread`: hash the streams on a helper thread (faster alone, slower when
+/// several runs share the cores).
 #[pyfunction]
-fn simulate(py: Python<'_>, options: Vec<(String, String)>) -> PyResult<String> {
+#[pyo3(signature = (options, events=None, hash_thread=true))]
+fn simulate(py: Python<'_>, options: Vec<(String, String)>, events: Option<PathBuf>, hash_thread: bool) -> PyResult<String> {
     let scenario = Scenario::from_options(options.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .map_err(|e| PyValueError::new_err((e.option, e.message)))?;
-    let report = py.detach(move || fencepost_sim::run(scenario));
+    let Some(path) = events else {
+        let report = py.detach(move || {
+            let sim = Simulation::new(scenario);
+            if hash_thread { sim.run() } else { sim.hash_inline().run() }
+        });
+        return Ok(report.to_json());
+    };
+    let header = serde_json::json!({"name": "fencepost:run_started", "format": "fencepost-events/1", "options": scenario.options});
+    let writer = JsonlWriter::create(&path, header)
+        .map_err(|e| PyValueError::new_err(("events".to_string(), format!("cannot write {}: {e}", path.display()))))?;
+    let (report, recorded) = py.detach(move || Simulation::new(scenario).with_trace(Box::new(writer)).run_traced());
+    recorded.map_err(|e| PyOSError::new_err(format!("writing the event log {}: {e}", path.display())))?;
     Ok(report.to_json())
+}
+
+/// A mahimahi trace as text: `constant` or `poisson` at `bits_per_second`, `duration_ms` long (poisson).
+#[pyfunction]
+#[pyo3(signature = (kind, bits_per_second, duration_ms=60_000, seed=1))]
+fn generate_trace(kind: &str, bits_per_second: u64, duration_ms: u64, seed: u64) -> PyResult<String> {
+    match kind {
+        "constant" => Ok(Trace::constant(bits_per_second).to_text()),
+        "poisson" => Ok(Trace::poisson(bits_per_second, duration_ms, seed).to_text()),
+        other => Err(PyValueError::new_err(format!("{other:?} is not a trace kind; accepted: constant, poisson"))),
+    }
 }
 
 /// Checks options without running anything: raises `ValueError(option, message)` on the first bad one.
@@ -45,6 +74,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(check_options, m)?)?;
     m.add_function(wrap_pyfunction!(scenario_options, m)?)?;
     m.add_function(wrap_pyfunction!(decode_packet, m)?)?;
+    m.add_function(wrap_pyfunction!(generate_trace, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

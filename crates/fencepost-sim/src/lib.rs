@@ -4,6 +4,7 @@
 //! bit for bit.
 
 pub mod digest;
+pub mod events;
 pub mod report;
 pub mod scenario;
 pub mod units;
@@ -11,4 +12,4 @@ pub mod world;
 
 pub use report::SimReport;
 pub use scenario::{OptionError, Scenario, Workload};
-pub use world::{run, Role, Simulation, TraceSink};
+pub use world::{run, Direction, Role, Simulation, TraceSink};

@@ -33,9 +33,26 @@ pub enum Role {
     Server,
 }
 
+/// Which link a link event happened on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    /// Client to server.
+    Up,
+    /// Server to client.
+    Down,
+}
+
 /// Receives per-packet trace events while a run goes on.
 pub trait TraceSink {
     fn record(&mut self, role: Role, event: &TraceEvent);
+    /// Drops and duplications on the links.
+    fn record_link(&mut self, direction: Direction, event: &fencepost_link::LinkEvent) {
+        let _ = (direction, event);
+    }
+    /// The run is over; report anything that went wrong while recording.
+    fn finish(self: Box<Self>) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// The bulk workload's bytes: a seeded random 64 KiB block, each 8-byte word
@@ -263,12 +280,21 @@ impl Simulation {
         }
     }
 
+    /// Hashes on the simulation's own thread: for runs that already share the
+    /// machine's cores with other runs (sweeps), a helper thread only adds contention.
+    pub fn hash_inline(mut self) -> Simulation {
+        self.digests = StreamDigests::inline();
+        self
+    }
+
     /// Sends per-packet trace events to `sink` (turns tracing on in both endpoints' transport).
     pub fn with_trace(mut self, sink: Box<dyn TraceSink>) -> Simulation {
         let mut transport = self.scenario.transport.clone();
         transport.trace = true;
         self.scenario.transport = transport;
-        let rebuilt = Simulation::new(self.scenario);
+        let mut rebuilt = Simulation::new(self.scenario);
+        rebuilt.up.observe(true);
+        rebuilt.down.observe(true);
         Simulation { trace: Some(sink), ..rebuilt }
     }
 
@@ -279,8 +305,19 @@ impl Simulation {
         &mut self.down
     }
 
+    /// Runs to the end and closes the trace sink, reporting a failure to record.
+    pub fn run_traced(self) -> (SimReport, std::io::Result<()>) {
+        let (report, sink) = self.run_inner();
+        let recorded = sink.map_or(Ok(()), |s| s.finish());
+        (report, recorded)
+    }
+
     /// Runs to the end: completion and graceful close, an error, or the time bound.
-    pub fn run(mut self) -> SimReport {
+    pub fn run(self) -> SimReport {
+        self.run_inner().0
+    }
+
+    fn run_inner(mut self) -> (SimReport, Option<Box<dyn TraceSink>>) {
         let deadline = self.now + self.scenario.timeout;
         let mut steps_here = 0u32;
         let (status, error) = loop {
@@ -315,7 +352,9 @@ impl Simulation {
                 self.now = next;
             }
         };
-        self.report(status, error)
+        self.drain_events();
+        let sink = self.trace.take();
+        (self.report(status, error), sink)
     }
 
     fn app_wakeup(&self) -> Option<Instant> {
@@ -387,6 +426,14 @@ impl Simulation {
                 for event in conn.drain_trace() {
                     sink.record(Role::Server, &event);
                 }
+            }
+        }
+        if let Some(sink) = &mut self.trace {
+            for event in self.up.drain_events() {
+                sink.record_link(Direction::Up, &event);
+            }
+            for event in self.down.drain_events() {
+                sink.record_link(Direction::Down, &event);
             }
         }
     }

@@ -1,0 +1,213 @@
+"""Plots of sweeps and of single runs' event logs.
+
+Every function returns a ``matplotlib.figure.Figure`` (shown inline by Jupyter)
+with a title, axis labels with units and a legend; ``save`` writes it as PNG
+and SVG. No pyplot state is used, so the functions work headless.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Optional, Sequence, Union
+
+from matplotlib.figure import Figure
+
+# How metrics are labelled and scaled on an axis.
+METRIC_AXES = {
+    "packets_sent": ("packets sent (count)", 1.0),
+    "data_packets_sent": ("data packets sent (count)", 1.0),
+    "retransmissions": ("retransmissions (count)", 1.0),
+    "acks_sent": ("acks sent (count)", 1.0),
+    "duration_s": ("time to completion (s)", 1.0),
+    "goodput_bps": ("goodput (Mbit/s)", 1e-6),
+    "rtt_mean_ms": ("mean RTT (ms)", 1.0),
+    "rtt_p95_ms": ("95th-percentile RTT (ms)", 1.0),
+    "utilisation": ("link utilisation (%)", 100.0),
+    "link_drops": ("packets dropped by the links (count)", 1.0),
+}
+
+CONDITION_AXES = {
+    "loss": "drop rate, each direction (%)",
+    "loss-up": "drop rate, client to server (%)",
+    "loss-down": "drop rate, server to client (%)",
+    "dup": "duplication (%)",
+    "delay": "one-way delay (ms)",
+    "jitter": "jitter (ms)",
+    "rate": "link rate (Mbit/s)",
+    "bytes": "bytes transferred",
+    "queue": "queue limit",
+}
+
+_UNIT_SCALE = {"%": 1.0, "ms": 1.0, "us": 1e-3, "s": 1e3, "mbit": 1.0, "kbit": 1e-3, "gbit": 1e3, "bit": 1e-6}
+
+
+def condition_value(text: Any) -> float:
+    """A condition as a number for the x axis: ``"10%"`` → 10, ``"0.1"`` (loss) → 10 is
+    not guessed; ``"20ms"`` → 20, ``"50mbit"`` → 50."""
+    if isinstance(text, (int, float)):
+        return float(text)
+    m = re.fullmatch(r"\s*([-+0-9.eE]+)\s*([a-zA-Z%]*)\s*", str(text))
+    if not m:
+        raise ValueError(f"{text!r} is not a number with an optional unit")
+    number, unit = float(m.group(1)), m.group(2).lower()
+    return number * _UNIT_SCALE.get(unit, 1.0)
+
+
+def metric_vs_condition(
+    summary,
+    x: str,
+    metric: str,
+    variant: Optional[str] = None,
+    title: Optional[str] = None,
+    ylabel: Optional[str] = None,
+    xlabel: Optional[str] = None,
+    reference: Optional[dict] = None,
+) -> Figure:
+    """Mean of ``metric`` against condition ``x``, one line per value of
+    ``variant``, with 95 % confidence bars. ``summary`` is a sweep summary
+    (DataFrame or list of dicts). ``reference`` adds dashed lines of published
+    figures: ``{label: {x_value: y}}``."""
+    rows = summary.to_dict("records") if hasattr(summary, "to_dict") else list(summary)
+    label, scale = METRIC_AXES.get(metric, (metric.replace("_", " "), 1.0))
+    fig = Figure(figsize=(7, 4.2), layout="constrained")
+    ax = fig.add_subplot()
+    variants = sorted({r[variant] for r in rows}) if variant else [None]
+    for v in variants:
+        points = sorted(
+            (condition_value(r[x]), r[f"{metric}_mean"] * scale, (r.get(f"{metric}_ci95") or 0.0) * scale)
+            for r in rows
+            if variant is None or r[variant] == v
+        )
+        xs, ys, errs = zip(*points)
+        errs = [0.0 if e != e else e for e in errs]  # NaN (one trial) draws no bar
+        ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=4, label=f"{variant} = {v}" if variant else metric)
+    for ref_label, series in (reference or {}).items():
+        pts = sorted((condition_value(k), val * scale) for k, val in series.items())
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], linestyle="--", marker=".", alpha=0.7, label=ref_label)
+    ax.set_xlabel(xlabel or CONDITION_AXES.get(x, x))
+    ax.set_ylabel(ylabel or label)
+    ax.set_title(title or f"{label} vs {CONDITION_AXES.get(x, x)}")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="best", fontsize="small")
+    return fig
+
+
+def _events(events) -> Any:
+    if isinstance(events, (str, Path)):
+        from .events import read_events
+
+        return read_events(events)
+    return events
+
+
+def _where(df, **equals):
+    mask = None
+    for k, v in equals.items():
+        m = df[k] == v
+        mask = m if mask is None else (mask & m)
+    return df[mask] if mask is not None else df
+
+
+def time_sequence(events, side: str = "client", title: Optional[str] = None, start: float = 0.0, end: Optional[float] = None) -> Figure:
+    """Sequence number against time for one sender: first transmissions,
+    retransmissions, and the fence each ack reported (everything below the fence
+    base held; the fence top is the highest packet held)."""
+    df = _window(_events(events), start, end)
+    sent = _where(df, side=side, name="transport:packet_sent")
+    sent = sent[sent["packet_type"].isin(["data", "close"])]
+    first = sent[~sent["is_retransmission"].astype(bool)]
+    again = sent[sent["is_retransmission"].astype(bool)]
+    acks = _where(df, side=side, name="fencepost:ack_received")
+    fig = Figure(figsize=(8, 4.5), layout="constrained")
+    ax = fig.add_subplot()
+    ax.scatter(first["time"], first["packet_number"], s=6, marker=".", color="tab:blue", label="first transmission")
+    ax.scatter(again["time"], again["packet_number"], s=18, marker="x", color="tab:red", label="retransmission")
+    if len(acks):
+        ax.step(acks["time"], acks["fence_base"], where="post", color="tab:green", linewidth=1.2, label="fence base (all below held)")
+        ax.step(acks["time"], acks["fence_top"], where="post", color="tab:olive", linewidth=0.8, alpha=0.8, label="fence top (highest held)")
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("sequence number (packets)")
+    ax.set_title(title or f"time-sequence, {side}")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper left", fontsize="small", markerscale=2)
+    return fig
+
+
+def _window(df, start: float, end: Optional[float]):
+    if end is None:
+        return df[df["time"] >= start]
+    return df[(df["time"] >= start) & (df["time"] <= end)]
+
+
+def congestion_window(events, side: str = "client", title: Optional[str] = None, packet_bytes: Optional[int] = None,
+                      start: float = 0.0, end: Optional[float] = None) -> Figure:
+    """Congestion window and slow-start threshold over time (in packets when
+    ``packet_bytes`` is given, else in kilobytes)."""
+    df = _window(_where(_events(events), side=side, name="recovery:metrics_updated"), start, end)
+    scale, unit = (1.0 / packet_bytes, "packets") if packet_bytes else (1e-3, "kB")
+    fig = Figure(figsize=(8, 4), layout="constrained")
+    ax = fig.add_subplot()
+    ax.step(df["time"], df["congestion_window"] * scale, where="post", label="congestion window")
+    if "ssthresh" in df and df["ssthresh"].notna().any():
+        ax.step(df["time"], df["ssthresh"] * scale, where="post", linestyle="--", label="slow-start threshold")
+    ax.step(df["time"], df["bytes_in_flight"] * scale, where="post", alpha=0.5, linewidth=0.8, label="in flight")
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel(f"window ({unit})")
+    ax.set_title(title or f"congestion window, {side}")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper right", fontsize="small")
+    return fig
+
+
+def rtt_over_time(events, side: str = "client", title: Optional[str] = None, start: float = 0.0, end: Optional[float] = None) -> Figure:
+    """Latest RTT sample and smoothed RTT over time."""
+    df = _window(_where(_events(events), side=side, name="recovery:metrics_updated"), start, end)
+    fig = Figure(figsize=(8, 4), layout="constrained")
+    ax = fig.add_subplot()
+    ax.plot(df["time"], df["latest_rtt"], ".", markersize=2, alpha=0.5, label="latest sample")
+    ax.plot(df["time"], df["smoothed_rtt"], linewidth=1.2, label="smoothed (RFC 6298)")
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("round-trip time (ms)")
+    ax.set_title(title or f"RTT, {side}")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper right", fontsize="small", markerscale=4)
+    return fig
+
+
+def sequence_received(events, side: str = "server", title: Optional[str] = None, start: float = 0.0, end: Optional[float] = None) -> Figure:
+    """When each sequence number arrived at the receiver (as in the congestion-control notebook)."""
+    df = _window(_where(_events(events), side=side, name="transport:packet_received"), start, end)
+    df = df[df["packet_type"] == "data"]
+    fig = Figure(figsize=(8, 4), layout="constrained")
+    ax = fig.add_subplot()
+    ax.scatter(df["time"], df["packet_number"], s=3, marker=".", label="data packet received")
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("sequence number (packets)")
+    ax.set_title(title or f"sequence numbers received, {side}")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper left", fontsize="small", markerscale=4)
+    return fig
+
+
+def save(fig: Figure, path: Union[str, Path], dpi: int = 120) -> list[Path]:
+    """Writes ``path``.png and ``path``.svg; returns both paths."""
+    base = Path(path)
+    base.parent.mkdir(parents=True, exist_ok=True)
+    written = []
+    for ext in (".png", ".svg"):
+        target = base.with_suffix(ext)
+        fig.savefig(target, dpi=dpi)
+        written.append(target)
+    return written
+
+
+__all__ = [
+    "condition_value",
+    "congestion_window",
+    "metric_vs_condition",
+    "rtt_over_time",
+    "save",
+    "sequence_received",
+    "time_sequence",
+]
