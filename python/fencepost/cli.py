@@ -9,6 +9,7 @@ from typing import Optional, Sequence
 
 from . import sim
 from ._errors import FencepostError, OptionError
+from .sweep import ExperimentError
 
 # (flag, metavar, help) for every scenario option `fencepost sim` exposes.
 SIM_OPTIONS = [
@@ -170,7 +171,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         if not grid:
             raise OptionError("sweep", "nothing to sweep: give an experiment file or an option with several values, like --loss 10%,20%")
         experiment = Experiment(grid=grid, fixed=fixed, trials=args.trials or 5, seed=1 if args.seed is None else args.seed)
-    outcome = run_sweep(experiment, out=args.out, workers=workers, progress=not args.quiet)
+    source = args.experiment or "fencepost sweep"
+    outcome = run_sweep(experiment, out=args.out, workers=workers, progress=not args.quiet, source=source)
     print(f"{outcome.ran} runs done now, {outcome.skipped} already in {args.out}; {len(outcome.summary)} conditions summarised in {args.out}/summary.csv")
     if outcome.interrupted:
         print(f"interrupted: finished runs are kept; run the same command again to do the rest", file=sys.stderr)
@@ -206,7 +208,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.handler(args)
-    except OptionError as exc:
+    except (OptionError, ExperimentError) as exc:
         print(f"fencepost {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except FencepostError as exc:

@@ -124,8 +124,9 @@ def time_sequence(events, side: str = "client", title: Optional[str] = None, sta
     ax.scatter(first["time"], first["packet_number"], s=6, marker=".", color="tab:blue", label="first transmission")
     ax.scatter(again["time"], again["packet_number"], s=18, marker="x", color="tab:red", label="retransmission")
     if len(acks):
-        ax.step(acks["time"], acks["fence_base"], where="post", color="tab:green", linewidth=1.2, label="fence base (all below held)")
-        ax.step(acks["time"], acks["fence_top"], where="post", color="tab:olive", linewidth=0.8, alpha=0.8, label="fence top (highest held)")
+        # Acks can arrive out of order; the sender keeps the furthest fence it has seen.
+        ax.step(acks["time"], acks["fence_base"].cummax(), where="post", color="tab:green", linewidth=1.2, label="fence base (all below held)")
+        ax.step(acks["time"], acks["fence_top"].cummax(), where="post", color="tab:olive", linewidth=0.8, alpha=0.8, label="fence top (highest held)")
     ax.set_xlabel("time (s)")
     ax.set_ylabel("sequence number (packets)")
     ax.set_title(title or f"time-sequence, {side}")

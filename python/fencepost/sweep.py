@@ -357,9 +357,11 @@ def run_sweep(
     progress: bool = True,
     on_result: Optional[Callable[[dict], None]] = None,
     label: str = "runs",
+    source: str = "sweep",
 ) -> SweepOutcome:
-    """Validates, then runs every task not already in ``out``; see the module doc."""
-    validate(experiment)
+    """Validates (errors name ``source``, the experiment's origin), then runs every
+    task not already in ``out``; see the module doc."""
+    validate(experiment, source)
     tasks = plan(experiment)
     wanted = {t.key for t in tasks}
     out_dir = Path(out) if out is not None else None

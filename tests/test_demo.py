@@ -1,0 +1,101 @@
+"""The demo's experiments and their acceptance figures, and the plots."""
+
+import json
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest
+
+from fencepost import plot, sim
+from fencepost.demo import ARTICLE, DROP_RATES, run_demo
+from fencepost.events import read_events
+from fencepost.sweep import Experiment, run_sweep
+
+
+@pytest.fixture(scope="module")
+def seed_profile_summary():
+    experiment = Experiment(grid={"loss": [f"{p}%" for p in DROP_RATES], "arq": ["window", "fence"]},
+                            fixed={"workload": "echo", "profile": "seed", "delay": "100us"}, trials=5)
+    return {(r["loss"], r["arq"]): r for r in run_sweep(experiment, progress=False).summary}
+
+
+def test_seed_profile_fence_beats_window_more_as_drop_grows(seed_profile_summary):
+    gaps = []
+    for p in DROP_RATES:
+        w = seed_profile_summary[(f"{p}%", "window")]
+        f = seed_profile_summary[(f"{p}%", "fence")]
+        assert f["packets_sent_mean"] < w["packets_sent_mean"], f"fence sends fewer at {p}%"
+        gaps.append(1 - f["packets_sent_mean"] / w["packets_sent_mean"])
+        # Time to completion about equal: the send schedule dominates, as in the article.
+        assert abs(f["duration_s_mean"] - w["duration_s_mean"]) < 0.5
+    assert gaps[0] < gaps[-1] and 0.2 <= gaps[-1] <= 0.4, gaps
+    assert all(b >= a - 0.03 for a, b in zip(gaps, gaps[1:])), f"the gap grows with the drop rate: {gaps}"
+    # Packet counts in the article's range.
+    for p in DROP_RATES:
+        for arq, article in (("window", ARTICLE[p][0]), ("fence", ARTICLE[p][1])):
+            ours = seed_profile_summary[(f"{p}%", arq)]["packets_sent_mean"]
+            assert 0.75 * article < ours < 1.25 * article, (p, arq, ours, article)
+
+
+def test_default_profile_at_half_loss_sends_close_to_the_minimum():
+    experiment = Experiment(grid={"arq": ["fence"]}, fixed={"workload": "echo", "delay": "100us", "loss": "50%"}, trials=5)
+    for r in run_sweep(experiment, progress=False).rows:
+        needed = r["data_packets_sent"] - r["retransmissions"]
+        assert r["data_packets_sent"] <= 1.1 * needed / 0.5, r
+        assert r["packets_sent"] < 5981 * 0.6, "well under the article's fence figure at 50 %"
+
+
+def test_thermal_no_congestion_control_uses_the_link_twice_as_well():
+    link = dict(workload="bulk", duration="10s", rate="20mbit", delay="10ms", jitter="10ms", loss="10%", queue="100pkt")
+    none = sim.run(cc="none", **link)
+    tahoe = sim.run(cc="tahoe", **link)
+    assert none.integrity_ok and tahoe.integrity_ok
+    assert none.goodput_bps >= 2 * tahoe.goodput_bps, (none.goodput_bps, tahoe.goodput_bps)
+
+
+def test_event_log_and_plots(tmp_path):
+    events = tmp_path / "run.jsonl"
+    result = sim.run(events=str(events), bytes="300kB", loss="10%", delay="10ms", rate="10mbit", cc="tahoe", seed=2)
+    assert result.integrity_ok
+    df = read_events(events)
+    names = set(df["name"])
+    for name in ["transport:packet_sent", "transport:packet_received", "fencepost:ack_received",
+                 "recovery:metrics_updated", "recovery:packet_lost", "link:packet_dropped", "fencepost:stream_delivered"]:
+        assert name in names, name
+    assert df.attrs["options"]["loss"] == "10%"
+    # The report counts up to completion; the log goes on through the close. Before completion they agree exactly.
+    sent = df[(df["name"] == "transport:packet_sent") & (df["side"] == "client") & (df["time"] < result.duration_s)]
+    data = sent[sent["packet_type"].isin(["data", "close"])]
+    assert len(sent) == result.packets_sent
+    assert len(data) == result.data_packets_sent
+    assert int(data["is_retransmission"].sum()) == result.retransmissions
+    figures = {
+        "ts": plot.time_sequence(df),
+        "cwnd": plot.congestion_window(df, packet_bytes=1472),
+        "rtt": plot.rtt_over_time(df),
+        "rx": plot.sequence_received(df),
+    }
+    for name, fig in figures.items():
+        ax = fig.axes[0]
+        assert ax.get_title() and ax.get_xlabel().endswith("(s)") and "(" in ax.get_ylabel(), name
+        assert ax.get_legend() is not None, name
+        files = plot.save(fig, tmp_path / name)
+        assert all(f.stat().st_size > 1000 for f in files)
+
+
+def test_demo_writes_the_report(tmp_path, capsys):
+    path = run_demo(out=tmp_path / "report", trials=2, workers=2, progress=False)
+    out = capsys.readouterr().out
+    for heading in ["(a) sliding window vs sliding fence, seed profile", "(a) sliding window vs sliding fence, default profile",
+                    "(b) TCP THERMAL", "(c) Congestion-control notebook"]:
+        assert heading in out
+    html = path.read_text()
+    pngs = list((tmp_path / "report" / "plots").glob("*.png"))
+    svgs = list((tmp_path / "report" / "plots").glob("*.svg"))
+    assert len(pngs) >= 5 and len(svgs) == len(pngs)
+    for png in pngs:
+        assert png.name in html
+    assert html.count("<table>") == 4
+    assert "report:" in out and str(path.resolve()) in out
