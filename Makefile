@@ -34,6 +34,7 @@ test-python: $(STAMP)
 
 bench: build
 	bash bench/sim_speed.sh
+	$(VPY) bench/sweep_speedup.py
 
 clean:
 	cargo clean

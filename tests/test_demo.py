@@ -99,3 +99,15 @@ def test_demo_writes_the_report(tmp_path, capsys):
         assert png.name in html
     assert html.count("<table>") == 4
     assert "report:" in out and str(path.resolve()) in out
+
+
+def test_example_script_runs(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "examples" / "sliding_fence.py"
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "packets_sent_mean" in proc.stdout and "integrity True" in proc.stdout
+    assert (tmp_path / "packets-vs-loss.png").exists() and (tmp_path / "time-sequence.svg").exists()
