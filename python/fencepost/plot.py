@@ -73,9 +73,13 @@ def metric_vs_condition(
     fig = Figure(figsize=(7, 4.2), layout="constrained")
     ax = fig.add_subplot()
     variants = sorted({r[variant] for r in rows}) if variant else [None]
-    for v in variants:
+    all_x = [condition_value(r[x]) for r in rows]
+    # Nudge the variants apart a little so their confidence bars do not overlap.
+    nudge = (max(all_x) - min(all_x) or 1.0) * 0.008
+    for i, v in enumerate(variants):
+        offset = (i - (len(variants) - 1) / 2) * nudge
         points = sorted(
-            (condition_value(r[x]), r[f"{metric}_mean"] * scale, (r.get(f"{metric}_ci95") or 0.0) * scale)
+            (condition_value(r[x]) + offset, r[f"{metric}_mean"] * scale, (r.get(f"{metric}_ci95") or 0.0) * scale)
             for r in rows
             if variant is None or r[variant] == v
         )
