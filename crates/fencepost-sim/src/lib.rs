@@ -5,6 +5,7 @@
 
 pub mod digest;
 pub mod events;
+mod pattern;
 pub mod report;
 pub mod scenario;
 pub mod units;

@@ -12,6 +12,7 @@ use fencepost_proto::{
 use rand_core::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use crate::digest::{Stream, StreamDigests};
+use crate::pattern::BulkPattern;
 
 const CLIENT: u8 = 0;
 const SERVER: u8 = 1;
@@ -52,37 +53,6 @@ pub trait TraceSink {
     /// The run is over; report anything that went wrong while recording.
     fn finish(self: Box<Self>) -> std::io::Result<()> {
         Ok(())
-    }
-}
-
-/// The bulk workload's bytes: a seeded random 64 KiB block, each 8-byte word
-/// mixed with its position in the stream, so that every offset has its own
-/// content (a byte out of place is caught) at the cost of a copy, not an RNG call.
-struct BulkPattern {
-    block: Vec<u64>,
-}
-
-impl BulkPattern {
-    const WORDS: usize = 8192;
-
-    fn new(seed: u64) -> Self {
-        let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
-        BulkPattern { block: (0..Self::WORDS).map(|_| rng.next_u64()).collect() }
-    }
-
-    /// Fills `out` with the stream's bytes from `offset` (a multiple of 8).
-    fn fill(&self, offset: u64, out: &mut [u8]) {
-        debug_assert_eq!(offset % 8, 0);
-        let word_at = |index: u64| self.block[(index as usize) % Self::WORDS] ^ index.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        let mut words = out.chunks_exact_mut(8);
-        let mut index = offset / 8;
-        for word in &mut words {
-            word.copy_from_slice(&word_at(index).to_le_bytes());
-            index += 1;
-        }
-        let tail = words.into_remainder();
-        let len = tail.len();
-        tail.copy_from_slice(&word_at(index).to_le_bytes()[..len]);
     }
 }
 
@@ -208,13 +178,15 @@ impl Simulation {
         let down = Link::new(scenario.down.clone(), sub_seed(seed, 4), start.total_micros());
         let client_conn = client.connect(start, SERVER);
         let app_rng = Xoshiro256PlusPlus::seed_from_u64(sub_seed(seed, 5));
+        // The bulk stream: the sender writes it, the verifier and the hasher regenerate it.
+        let bulk_pattern = matches!(scenario.workload, Workload::Bulk { .. }).then(|| BulkPattern::new(sub_seed(seed, 5)));
         let (app, bytes_expected) = match scenario.workload {
             Workload::Bulk { bytes, duration } => (
                 ClientApp::Bulk {
                     remaining: bytes,
                     write_until: duration.map(|d| start + d),
                     written: 0,
-                    pattern: BulkPattern::new(sub_seed(seed, 5)),
+                    pattern: bulk_pattern.clone().expect("a bulk workload has a pattern"),
                     chunk: vec![0; 64 * 1024],
                     chunk_pos: 64 * 1024,
                     // The first refill moves to offset 0.
@@ -239,7 +211,7 @@ impl Simulation {
         let payload_size = scenario.transport.max_payload as usize;
         let verifier = match scenario.workload {
             Workload::Bulk { .. } => Verifier::Bulk {
-                pattern: BulkPattern::new(sub_seed(seed, 5)),
+                pattern: bulk_pattern.clone().expect("a bulk workload has a pattern"),
                 chunk: vec![0; 64 * 1024],
                 pos: 64 * 1024,
                 offset: 0u64.wrapping_sub(64 * 1024),
@@ -256,7 +228,7 @@ impl Simulation {
             client_conn,
             server_conn: None,
             app,
-            digests: StreamDigests::new(),
+            digests: StreamDigests::new(bulk_pattern.clone()),
             bytes_expected,
             server_received: 0,
             server_backlog: Vec::new(),
@@ -283,7 +255,7 @@ impl Simulation {
     /// Hashes on the simulation's own thread: for runs that already share the
     /// machine's cores with other runs (sweeps), a helper thread only adds contention.
     pub fn hash_inline(mut self) -> Simulation {
-        self.digests = StreamDigests::inline();
+        self.digests = StreamDigests::inline(self.bulk_pattern());
         self
     }
 
@@ -355,6 +327,13 @@ impl Simulation {
         self.drain_events();
         let sink = self.trace.take();
         (self.report(status, error), sink)
+    }
+
+    fn bulk_pattern(&self) -> Option<BulkPattern> {
+        match &self.app {
+            ClientApp::Bulk { pattern, .. } => Some(pattern.clone()),
+            ClientApp::Echo { .. } => None,
+        }
     }
 
     fn app_wakeup(&self) -> Option<Instant> {
@@ -462,7 +441,7 @@ impl Simulation {
                     if n == 0 {
                         break;
                     }
-                    self.digests.update(Stream::Sent, &chunk[*chunk_pos..*chunk_pos + n]);
+                    self.digests.update_sent_pattern(n as u64);
                     *chunk_pos += n;
                     *remaining -= n as u64;
                     *written += n as u64;
@@ -529,22 +508,36 @@ impl Simulation {
         let Some(conn) = self.server.connection_mut(handle) else { return };
         let mut eof = false;
         loop {
-            match conn.read(&mut self.read_buf) {
+            if echo {
+                match conn.read(&mut self.read_buf) {
+                    Ok(0) => eof = true,
+                    Ok(n) => {
+                        self.server_received += n as u64;
+                        self.server_backlog.extend_from_slice(&self.read_buf[..n]);
+                        continue;
+                    }
+                    Err(ReadError::WouldBlock) | Err(ReadError::ConnectionLost(_)) => {}
+                }
+                break;
+            }
+            // Bulk: read straight into the buffer the hasher takes, checking every byte on the way.
+            let buf = self.digests.receive_buffer();
+            let n = match conn.read(buf) {
                 Ok(0) => {
                     eof = true;
-                    break;
+                    0
                 }
                 Ok(n) => {
-                    self.server_received += n as u64;
-                    if echo {
-                        self.server_backlog.extend_from_slice(&self.read_buf[..n]);
-                    } else {
-                        self.digests.update(Stream::Received, &self.read_buf[..n]);
-                        self.outcome.wrong_bytes += self.verifier.check(&self.read_buf[..n]);
-                    }
+                    self.outcome.wrong_bytes += self.verifier.check(&buf[..n]);
+                    n
                 }
-                Err(ReadError::WouldBlock) | Err(ReadError::ConnectionLost(_)) => break,
+                Err(ReadError::WouldBlock) | Err(ReadError::ConnectionLost(_)) => 0,
+            };
+            self.digests.commit_received(n);
+            if n == 0 {
+                break;
             }
+            self.server_received += n as u64;
         }
         if echo && !self.server_backlog.is_empty() {
             if let Ok(n) = conn.write(&self.server_backlog) {
@@ -621,7 +614,7 @@ impl Simulation {
             }
             ClientApp::Bulk { .. } => self.server_received,
         };
-        let [sent_digest, received_digest] = std::mem::replace(&mut self.digests, StreamDigests::inline()).finish();
+        let [sent_digest, received_digest] = std::mem::replace(&mut self.digests, StreamDigests::inline(None)).finish();
         let integrity_ok = completed.is_some()
             && bytes_delivered == self.bytes_expected
             && sent_digest == received_digest
