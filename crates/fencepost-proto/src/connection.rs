@@ -360,6 +360,15 @@ impl Connection {
     pub fn readable_len(&self) -> usize {
         self.assembler.readable_len()
     }
+    /// Something is due to be sent at once (an ack, a handshake, a probe): a driver
+    /// that sleeps between inputs should call `poll_transmit` now.
+    pub fn wants_transmit(&self) -> bool {
+        self.ack_now || self.handshake_due || self.keepalive_due || self.reset_due.is_some() || self.pending_copy.is_some()
+    }
+    /// The peer finished its stream and everything before its FIN arrived.
+    pub fn peer_finished(&self) -> bool {
+        self.assembler.is_finished()
+    }
     /// Takes the trace events recorded since the last call.
     pub fn drain_trace(&mut self) -> Vec<TraceEvent> {
         std::mem::take(&mut self.trace)

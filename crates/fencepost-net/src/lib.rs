@@ -1,0 +1,475 @@
+//! fencepost-net: the sliding-fence transport over real UDP sockets (tokio).
+//!
+//! An [`Endpoint`] owns one UDP socket and serves many connections, told apart
+//! by connection id. A driver task moves datagrams between the socket and the
+//! sans-IO core (batched with recvmmsg/GRO and GSO where the kernel has them,
+//! through `quinn-udp`) and runs the core's timers. [`Connection`] is a byte
+//! stream implementing `AsyncRead` and `AsyncWrite`.
+
+mod driver;
+pub mod tools;
+
+use fencepost_proto::{
+    ConnectionError, ConnectionHandle, ConnectionStats, Endpoint as ProtoEndpoint, EndpointConfig as ProtoEndpointConfig,
+    EndpointStats, ReadError, TransportConfig, WriteError,
+};
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::future::poll_fn;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// How an endpoint is set up.
+#[derive(Clone, Debug)]
+pub struct EndpointConfig {
+    pub transport: TransportConfig,
+    /// Accept connections opened by peers.
+    pub server: bool,
+    /// Give up on a handshake after this long.
+    pub connect_timeout: Duration,
+    pub max_connections: usize,
+}
+
+impl EndpointConfig {
+    pub fn client(transport: TransportConfig) -> Self {
+        EndpointConfig { transport, server: false, connect_timeout: Duration::from_secs(10), max_connections: 65_536 }
+    }
+    pub fn server(transport: TransportConfig) -> Self {
+        EndpointConfig { server: true, ..Self::client(transport) }
+    }
+}
+
+/// Errors of the socket API, with messages a user can act on.
+#[derive(Debug)]
+pub enum NetError {
+    /// The local address could not be bound (in use, not ours, no permission).
+    Bind { addr: SocketAddr, source: io::Error },
+    /// No handshake answer from the peer in time.
+    ConnectTimeout { addr: SocketAddr, after: Duration },
+    /// The connection ended with an error (idle timeout, reset).
+    ConnectionLost { addr: SocketAddr, error: ConnectionError },
+    /// The endpoint stopped (closed, or its socket failed).
+    EndpointClosed(String),
+    Io(io::Error),
+}
+
+impl fmt::Display for NetError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NetError::Bind { addr, source } if source.kind() == io::ErrorKind::AddrInUse => {
+                write!(f, "cannot listen on {addr}: the port is already in use")
+            }
+            NetError::Bind { addr, source } => write!(f, "cannot bind {addr}: {source}"),
+            NetError::ConnectTimeout { addr, after } => {
+                write!(f, "connecting to {addr} timed out after {:.1} s: no answer to the handshake", after.as_secs_f64())
+            }
+            NetError::ConnectionLost { addr, error } => write!(f, "connection to {addr} lost: {error}"),
+            NetError::EndpointClosed(why) => write!(f, "endpoint closed: {why}"),
+            NetError::Io(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for NetError {}
+
+impl From<NetError> for io::Error {
+    fn from(e: NetError) -> io::Error {
+        let kind = match &e {
+            NetError::Bind { source, .. } => source.kind(),
+            NetError::ConnectTimeout { .. } => io::ErrorKind::TimedOut,
+            NetError::ConnectionLost { error: ConnectionError::TimedOut { .. }, .. } => io::ErrorKind::TimedOut,
+            NetError::ConnectionLost { .. } => io::ErrorKind::ConnectionReset,
+            NetError::EndpointClosed(_) => io::ErrorKind::NotConnected,
+            NetError::Io(e) => e.kind(),
+        };
+        io::Error::new(kind, e)
+    }
+}
+
+/// Who waits on a connection.
+#[derive(Default)]
+struct Waiters {
+    read: Option<Waker>,
+    write: Option<Waker>,
+    connected: Option<Waker>,
+    closed: Option<Waker>,
+    /// The application dropped its handle: remove the connection once it is done.
+    released: bool,
+}
+
+impl Waiters {
+    fn wake_all(&mut self) {
+        for w in [self.read.take(), self.write.take(), self.connected.take(), self.closed.take()].into_iter().flatten() {
+            w.wake();
+        }
+    }
+}
+
+struct State {
+    proto: ProtoEndpoint<SocketAddr>,
+    waiters: HashMap<ConnectionHandle, Waiters>,
+    accept_queue: VecDeque<ConnectionHandle>,
+    accept_waiter: Option<Waker>,
+    /// Set when the endpoint stops; every later operation fails with it.
+    stopped: Option<String>,
+}
+
+struct Shared {
+    socket: tokio::net::UdpSocket,
+    udp: quinn_udp::UdpSocketState,
+    state: Mutex<State>,
+    wake_driver: tokio::sync::Notify,
+    epoch: std::time::Instant,
+    local_addr: SocketAddr,
+    config: EndpointConfig,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock is a bug; keep serving the other connections.
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn now(&self) -> fencepost_proto::Instant {
+        fencepost_proto::Instant::from_micros(self.epoch.elapsed().as_micros() as u64)
+    }
+}
+
+/// One UDP socket serving many connections.
+#[derive(Clone)]
+pub struct Endpoint {
+    shared: Arc<Shared>,
+}
+
+impl Endpoint {
+    /// Binds `addr` and starts the driver on the current tokio runtime.
+    pub async fn bind(addr: SocketAddr, config: EndpointConfig) -> Result<Endpoint, NetError> {
+        let std_socket = std::net::UdpSocket::bind(addr).map_err(|source| NetError::Bind { addr, source })?;
+        std_socket.set_nonblocking(true).map_err(NetError::Io)?;
+        let udp = quinn_udp::UdpSocketState::new((&std_socket).into()).map_err(NetError::Io)?;
+        // Bulk transfers arrive in bursts; room in the kernel queues spares drops on loopback.
+        let _ = udp.set_recv_buffer_size((&std_socket).into(), 8 << 20);
+        let _ = udp.set_send_buffer_size((&std_socket).into(), 8 << 20);
+        let socket = tokio::net::UdpSocket::from_std(std_socket).map_err(NetError::Io)?;
+        let local_addr = socket.local_addr().map_err(NetError::Io)?;
+        let proto_config = ProtoEndpointConfig {
+            transport: Arc::new(config.transport.clone()),
+            accept_incoming: config.server,
+            max_connections: config.max_connections,
+        };
+        let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+            ^ ((local_addr.port() as u64) << 48)
+            ^ std::process::id() as u64;
+        let shared = Arc::new(Shared {
+            socket,
+            udp,
+            state: Mutex::new(State {
+                proto: ProtoEndpoint::new(proto_config, seed),
+                waiters: HashMap::new(),
+                accept_queue: VecDeque::new(),
+                accept_waiter: None,
+                stopped: None,
+            }),
+            wake_driver: tokio::sync::Notify::new(),
+            epoch: std::time::Instant::now(),
+            local_addr,
+            config,
+        });
+        tokio::spawn(driver::run(shared.clone()));
+        Ok(Endpoint { shared })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.shared.local_addr
+    }
+
+    /// Datagrams the endpoint dropped before a connection saw them.
+    pub fn stats(&self) -> EndpointStats {
+        self.shared.lock().proto.stats().clone()
+    }
+
+    /// Opens a connection and waits for the handshake.
+    pub async fn connect(&self, addr: SocketAddr) -> Result<Connection, NetError> {
+        let handle = {
+            let mut st = self.shared.lock();
+            if let Some(why) = &st.stopped {
+                return Err(NetError::EndpointClosed(why.clone()));
+            }
+            let now = self.shared.now();
+            let handle = st.proto.connect(now, addr);
+            st.waiters.insert(handle, Waiters::default());
+            handle
+        };
+        self.shared.wake_driver.notify_one();
+        let connection = Connection { shared: self.shared.clone(), handle, remote: addr };
+        let after = self.shared.config.connect_timeout;
+        match tokio::time::timeout(after, connection.established()).await {
+            Ok(Ok(())) => Ok(connection),
+            Ok(Err(e)) => Err(e),
+            Err(_) => {
+                connection.abort();
+                Err(NetError::ConnectTimeout { addr, after })
+            }
+        }
+    }
+
+    /// The next connection a peer opened; `None` once the endpoint stopped.
+    pub async fn accept(&self) -> Option<Connection> {
+        poll_fn(|cx| {
+            let mut st = self.shared.lock();
+            if let Some(handle) = st.accept_queue.pop_front() {
+                let remote = *st.proto.remote(handle).expect("an accepted connection has a remote");
+                return Poll::Ready(Some(Connection { shared: self.shared.clone(), handle, remote }));
+            }
+            if st.stopped.is_some() {
+                return Poll::Ready(None);
+            }
+            st.accept_waiter = Some(cx.waker().clone());
+            Poll::Pending
+        })
+        .await
+    }
+
+    /// Stops the driver: connections end at once (no FIN, no reset), as if the host vanished.
+    pub fn shutdown(&self) {
+        let mut st = self.shared.lock();
+        st.stopped.get_or_insert_with(|| "shut down".to_string());
+        for w in st.waiters.values_mut() {
+            w.wake_all();
+        }
+        if let Some(w) = st.accept_waiter.take() {
+            w.wake();
+        }
+        drop(st);
+        self.shared.wake_driver.notify_one();
+    }
+
+    /// Live connections (including ones closing).
+    pub fn connection_count(&self) -> usize {
+        self.shared.lock().proto.len()
+    }
+}
+
+/// A byte stream over one fencepost connection.
+pub struct Connection {
+    shared: Arc<Shared>,
+    handle: ConnectionHandle,
+    remote: SocketAddr,
+}
+
+impl fmt::Debug for Connection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Connection").field("remote", &self.remote).finish_non_exhaustive()
+    }
+}
+
+impl Connection {
+    pub fn remote_addr(&self) -> SocketAddr {
+        self.remote
+    }
+
+    pub fn stats(&self) -> ConnectionStats {
+        let st = self.shared.lock();
+        st.proto.connection(self.handle).map(|c| c.stats().clone()).unwrap_or_default()
+    }
+
+    /// RTT, congestion window and bytes in flight right now: (srtt, cwnd, in flight).
+    pub fn path(&self) -> (Duration, u64, u64) {
+        let st = self.shared.lock();
+        match st.proto.connection(self.handle) {
+            Some(c) => (Duration::from_micros(c.rtt().get().total_micros()), c.congestion_window(), c.bytes_in_flight()),
+            None => (Duration::ZERO, 0, 0),
+        }
+    }
+
+    fn lost(&self, error: ConnectionError) -> NetError {
+        NetError::ConnectionLost { addr: self.remote, error }
+    }
+
+    async fn established(&self) -> Result<(), NetError> {
+        poll_fn(|cx| {
+            let mut st = self.shared.lock();
+            if let Some(why) = &st.stopped {
+                return Poll::Ready(Err(NetError::EndpointClosed(why.clone())));
+            }
+            let Some(conn) = st.proto.connection(self.handle) else {
+                return Poll::Ready(Err(NetError::EndpointClosed("connection forgotten".into())));
+            };
+            if let Some(e) = conn.error() {
+                return Poll::Ready(Err(self.lost(e.clone())));
+            }
+            if conn.is_established() || conn.is_closed() {
+                return Poll::Ready(Ok(()));
+            }
+            if let Some(w) = st.waiters.get_mut(&self.handle) {
+                w.connected = Some(cx.waker().clone());
+            }
+            Poll::Pending
+        })
+        .await
+    }
+
+    /// Finishes this side's stream (a FIN after the data written); reading goes on.
+    pub fn finish(&self) {
+        let mut st = self.shared.lock();
+        let now = self.shared.now();
+        if let Some(conn) = st.proto.connection_mut(self.handle) {
+            conn.close(now);
+        }
+        drop(st);
+        self.shared.wake_driver.notify_one();
+    }
+
+    /// Waits until both directions are finished and acknowledged (or the connection is lost).
+    pub async fn closed(&self) -> Result<(), NetError> {
+        poll_fn(|cx| {
+            let mut st = self.shared.lock();
+            if let Some(why) = &st.stopped {
+                return Poll::Ready(Err(NetError::EndpointClosed(why.clone())));
+            }
+            let Some(conn) = st.proto.connection(self.handle) else { return Poll::Ready(Ok(())) };
+            if let Some(e) = conn.error() {
+                return Poll::Ready(Err(self.lost(e.clone())));
+            }
+            if conn.is_closed() {
+                return Poll::Ready(Ok(()));
+            }
+            if let Some(w) = st.waiters.get_mut(&self.handle) {
+                w.closed = Some(cx.waker().clone());
+            }
+            Poll::Pending
+        })
+        .await
+    }
+
+    /// Graceful close: finish, then wait for the peer to finish too.
+    pub async fn close(&self) -> Result<(), NetError> {
+        self.finish();
+        self.closed().await
+    }
+
+    /// Aborts: the peer gets a reset; buffered data is dropped.
+    pub fn abort(&self) {
+        let mut st = self.shared.lock();
+        let now = self.shared.now();
+        if let Some(conn) = st.proto.connection_mut(self.handle) {
+            conn.reset(now);
+        }
+        drop(st);
+        self.shared.wake_driver.notify_one();
+    }
+
+    pub async fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        poll_fn(|cx| self.poll_read_bytes(cx, buf)).await
+    }
+
+    /// Writes all of `buf`, waiting for send-buffer room as needed.
+    pub async fn write_all(&mut self, mut buf: &[u8]) -> io::Result<()> {
+        while !buf.is_empty() {
+            let n = poll_fn(|cx| self.poll_write_bytes(cx, buf)).await?;
+            buf = &buf[n..];
+        }
+        Ok(())
+    }
+
+    fn poll_read_bytes(&self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        let mut st = self.shared.lock();
+        if let Some(why) = &st.stopped {
+            return Poll::Ready(Err(NetError::EndpointClosed(why.clone()).into()));
+        }
+        let Some(conn) = st.proto.connection_mut(self.handle) else { return Poll::Ready(Ok(0)) };
+        match conn.read(buf) {
+            Ok(n) => {
+                let wake = conn.wants_transmit();
+                drop(st);
+                if wake {
+                    self.shared.wake_driver.notify_one();
+                }
+                Poll::Ready(Ok(n))
+            }
+            Err(ReadError::WouldBlock) => {
+                if let Some(w) = st.waiters.get_mut(&self.handle) {
+                    w.read = Some(cx.waker().clone());
+                }
+                Poll::Pending
+            }
+            Err(ReadError::ConnectionLost(e)) => Poll::Ready(Err(self.lost(e).into())),
+        }
+    }
+
+    fn poll_write_bytes(&self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let mut st = self.shared.lock();
+        if let Some(why) = &st.stopped {
+            return Poll::Ready(Err(NetError::EndpointClosed(why.clone()).into()));
+        }
+        let Some(conn) = st.proto.connection_mut(self.handle) else {
+            return Poll::Ready(Err(io::Error::new(io::ErrorKind::NotConnected, "connection forgotten")));
+        };
+        match conn.write(buf) {
+            Ok(0) if !buf.is_empty() => {
+                if let Some(w) = st.waiters.get_mut(&self.handle) {
+                    w.write = Some(cx.waker().clone());
+                }
+                Poll::Pending
+            }
+            Ok(n) => {
+                drop(st);
+                self.shared.wake_driver.notify_one();
+                Poll::Ready(Ok(n))
+            }
+            Err(WriteError::Finished) => Poll::Ready(Err(io::Error::new(io::ErrorKind::BrokenPipe, "write after close"))),
+            Err(WriteError::ConnectionLost(e)) => Poll::Ready(Err(self.lost(e).into())),
+        }
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        // Like a TCP socket: dropping closes gracefully in the background.
+        let mut st = self.shared.lock();
+        let now = self.shared.now();
+        if let Some(conn) = st.proto.connection_mut(self.handle) {
+            conn.close(now);
+        }
+        if let Some(w) = st.waiters.get_mut(&self.handle) {
+            w.released = true;
+        }
+        drop(st);
+        self.shared.wake_driver.notify_one();
+    }
+}
+
+impl AsyncRead for Connection {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let unfilled = buf.initialize_unfilled();
+        match self.poll_read_bytes(cx, unfilled) {
+            Poll::Ready(Ok(n)) => {
+                buf.advance(n);
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl AsyncWrite for Connection {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        self.poll_write_bytes(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        // Written bytes belong to the transport at once; there is no user-space buffer to flush.
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.finish();
+        Poll::Ready(Ok(()))
+    }
+}

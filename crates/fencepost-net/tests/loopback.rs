@@ -1,0 +1,183 @@
+//! fencepost over real UDP sockets on loopback.
+
+use fencepost_net::tools::{self, Amount};
+use fencepost_net::{Endpoint, EndpointConfig, NetError};
+use fencepost_proto::{ConnectionError, Duration as ProtoDuration, TransportConfig};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn localhost() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+async fn server(echo: bool, transport: TransportConfig) -> (Endpoint, Arc<Mutex<Vec<tools::ServedConnection>>>) {
+    let endpoint = Endpoint::bind(localhost(), EndpointConfig::server(transport)).await.unwrap();
+    let served = Arc::new(Mutex::new(Vec::new()));
+    let sink = served.clone();
+    tokio::spawn(tools::serve(endpoint.clone(), echo, move |s| sink.lock().unwrap().push(s)));
+    (endpoint, served)
+}
+
+async fn client() -> Endpoint {
+    Endpoint::bind(localhost(), EndpointConfig::client(TransportConfig::default())).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bulk_transfer_arrives_with_matching_hashes() {
+    let (server, served) = server(false, TransportConfig::default()).await;
+    let client = client().await;
+    let mut intervals = 0;
+    let summary = tools::send(&client, server.local_addr(), Amount::Bytes(20_000_000), Duration::from_millis(100), |_| intervals += 1)
+        .await
+        .unwrap();
+    assert!(summary.hashes_match, "{summary:?}");
+    assert_eq!(summary.receiver_bytes, 20_000_000);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let served = served.lock().unwrap();
+    assert_eq!(served.len(), 1);
+    assert_eq!(served[0].sha256, summary.sha256);
+    assert!(served[0].error.is_none(), "{:?}", served[0]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_concurrent_echo_connections_complete_byte_exact() {
+    let (server, served) = server(true, TransportConfig::default()).await;
+    let client = client().await;
+    let target = server.local_addr();
+    let mut tasks = Vec::new();
+    for i in 0..200u32 {
+        let client = client.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut conn = client.connect(target).await?;
+            let message: Vec<u8> = (0..3000 + i * 37).map(|b| (b * 31 + i) as u8).collect();
+            let (mut r, mut w) = tokio::io::split(conn);
+            let expected = message.clone();
+            let writer = tokio::spawn(async move {
+                w.write_all(&message).await.unwrap();
+                w.shutdown().await.unwrap();
+                w
+            });
+            let mut echoed = Vec::new();
+            r.read_to_end(&mut echoed).await.map_err(NetError::Io)?;
+            let w = writer.await.unwrap();
+            conn = r.unsplit(w);
+            conn.closed().await?;
+            Ok::<bool, NetError>(echoed == expected)
+        }));
+    }
+    let mut exact = 0;
+    for t in tasks {
+        if t.await.unwrap().unwrap() {
+            exact += 1;
+        }
+    }
+    assert_eq!(exact, 200);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let served = served.lock().unwrap();
+    assert_eq!(served.len(), 200);
+    assert!(served.iter().all(|s| s.error.is_none()), "{:?}", served.iter().find(|s| s.error.is_some()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vanished_server_ends_the_transfer_within_the_idle_timeout() {
+    let idle = Duration::from_secs(2);
+    let mut transport = TransportConfig::default();
+    transport.idle_timeout = ProtoDuration::from_micros(idle.as_micros() as u64);
+    transport.keepalive_interval = Some(ProtoDuration::from_millis(500));
+    let (server, _) = server(false, transport.clone()).await;
+    let client = Endpoint::bind(localhost(), EndpointConfig::client(transport)).await.unwrap();
+    let target = server.local_addr();
+    let killer = server.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        killer.shutdown();
+    });
+    let started = Instant::now();
+    let result = tools::send(&client, target, Amount::Time(Duration::from_secs(30)), Duration::from_secs(1), |_| {}).await;
+    let took = started.elapsed();
+    match result {
+        Err(NetError::Io(e)) => assert!(e.to_string().contains("timed out"), "{e}"),
+        Err(NetError::ConnectionLost { error: ConnectionError::TimedOut { .. }, .. }) => {}
+        other => panic!("expected a timeout error, got {other:?}"),
+    }
+    assert!(took < Duration::from_millis(300) + idle + Duration::from_secs(2), "took {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_is_counted_and_ignored_while_transfers_complete() {
+    let (server, served) = server(false, TransportConfig::default()).await;
+    let target = server.local_addr();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flood = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            let mut seed = 12345u64;
+            let mut sent = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let kind = seed >> 62;
+                let datagram: Vec<u8> = match kind {
+                    // Random bytes.
+                    0 => (0..(seed >> 40) % 1400).map(|i| (seed >> (i % 56)) as u8).collect(),
+                    // Truncated data packet.
+                    1 => vec![1, 2, 0, 0],
+                    // A valid-looking data packet for a connection id nobody has.
+                    _ => {
+                        let mut p = vec![1, 2];
+                        p.extend_from_slice(&((seed >> 16) as u32 | 1).to_be_bytes());
+                        p.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 9]);
+                        p.extend_from_slice(b"forged");
+                        p
+                    }
+                };
+                let _ = sock.send_to(&datagram, target);
+                sent += 1;
+                if sent % 64 == 0 {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+            sent
+        })
+    };
+    let client = client().await;
+    for _ in 0..3 {
+        let summary = tools::send(&client, target, Amount::Bytes(3_000_000), Duration::from_secs(1), |_| {}).await.unwrap();
+        assert!(summary.hashes_match);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let flooded = flood.join().unwrap();
+    let stats = server.stats();
+    assert!(flooded > 100);
+    assert!(stats.malformed > 0 && stats.unknown_connection > 0, "{stats:?} after {flooded} garbage datagrams");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(served.lock().unwrap().len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clear_errors_for_unreachable_peers_and_busy_ports() {
+    let mut config = EndpointConfig::client(TransportConfig::default());
+    config.connect_timeout = Duration::from_millis(700);
+    let client = Endpoint::bind(localhost(), config).await.unwrap();
+    // A port nobody serves.
+    let nobody = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = nobody.local_addr().unwrap();
+    drop(nobody);
+    let err = client.connect(addr).await.unwrap_err();
+    let message = err.to_string();
+    assert!(message.contains(&addr.to_string()) && message.contains("timed out"), "{message}");
+    let taken = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let err = Endpoint::bind(taken.local_addr().unwrap(), EndpointConfig::server(TransportConfig::default())).await.err().unwrap();
+    assert!(err.to_string().contains("already in use"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn echo_bench_counts_packets_and_checks_the_echo() {
+    let (server, _) = server(true, TransportConfig::default()).await;
+    let client = client().await;
+    let result = tools::echo_bench(&client, server.local_addr(), 100, 7).await.unwrap();
+    assert!(result.hashes_match, "{result:?}");
+    assert!(result.packets_sent >= 100 && result.time_to_completion_s > 0.2, "{result:?}");
+}
