@@ -11,9 +11,16 @@ from . import sim
 from ._core import __version__
 from ._errors import FencepostError, OptionError
 from .sim import LinkStats, SimResult
+from .net import ConnectionLost, Timeout, connect, listen, open_connection, start_server
 from .sweep import Experiment, ExperimentError, sweep
 
 __all__ = [
+    "ConnectionLost",
+    "Timeout",
+    "connect",
+    "listen",
+    "open_connection",
+    "start_server",
     "Experiment",
     "ExperimentError",
     "FencepostError",

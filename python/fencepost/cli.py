@@ -200,6 +200,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sim_parser(subparsers)
     _add_sweep_parser(subparsers)
     _add_demo_parser(subparsers)
+    from ._tools_cli import add_parsers
+
+    add_parsers(subparsers)
     return parser
 
 

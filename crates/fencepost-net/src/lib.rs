@@ -368,6 +368,19 @@ impl Connection {
         poll_fn(|cx| self.poll_read_bytes(cx, buf)).await
     }
 
+    /// Like `read`, through a shared reference: one task may read while another writes.
+    pub async fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
+        poll_fn(|cx| self.poll_read_bytes(cx, buf)).await
+    }
+
+    /// Queues what fits of `buf` (at least one byte, waiting for room); through a shared reference.
+    pub async fn send(&self, buf: &[u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        poll_fn(|cx| self.poll_write_bytes(cx, buf)).await
+    }
+
     /// Writes all of `buf`, waiting for send-buffer room as needed.
     pub async fn write_all(&mut self, mut buf: &[u8]) -> io::Result<()> {
         while !buf.is_empty() {

@@ -2,6 +2,8 @@
 //! Python. Long calls release the GIL. Errors cross as `ValueError(option, message)`
 //! for bad options, which `fencepost` turns into its own exception types.
 
+mod net;
+
 use fencepost_link::Trace;
 use fencepost_sim::events::JsonlWriter;
 use fencepost_sim::{Scenario, Simulation};
@@ -75,6 +77,11 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(scenario_options, m)?)?;
     m.add_function(wrap_pyfunction!(decode_packet, m)?)?;
     m.add_function(wrap_pyfunction!(generate_trace, m)?)?;
+    m.add_function(wrap_pyfunction!(net::echo_bench, m)?)?;
+    m.add_class::<net::PyEndpoint>()?;
+    m.add_class::<net::PyConnection>()?;
+    m.add_class::<net::PyServer>()?;
+    m.add_class::<net::PySender>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

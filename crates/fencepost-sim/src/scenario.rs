@@ -91,6 +91,22 @@ fn fail(option: &str, e: impl fmt::Display) -> OptionError {
     OptionError { option: option.to_string(), message: e.to_string() }
 }
 
+/// The options that shape the transport itself (not the workload or the link):
+/// what `fencepost serve`/`send` and the socket API accept.
+pub const TRANSPORT_OPTIONS: &[&str] = &["profile", "arq", "cc", "packet-size", "idle-timeout"];
+
+/// A transport configuration from transport options only.
+pub fn transport_from_options<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<TransportConfig, OptionError> {
+    let pairs: Vec<(&str, &str)> = pairs.into_iter().collect();
+    for (key, _) in &pairs {
+        let key = key.trim_start_matches("--").replace('_', "-");
+        if !TRANSPORT_OPTIONS.contains(&key.as_str()) {
+            return Err(fail(&key, format!("not a transport option; accepted: {}", TRANSPORT_OPTIONS.join(", "))));
+        }
+    }
+    Ok(Scenario::from_options(pairs)?.transport)
+}
+
 impl Scenario {
     /// Builds a scenario from option pairs; unknown options and bad values are errors.
     pub fn from_options<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Scenario, OptionError> {

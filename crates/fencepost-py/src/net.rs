@@ -1,0 +1,415 @@
+//! Real-network endpoints for Python. Every blocking call runs on a shared tokio
+//! runtime with the GIL released, waking every 100 ms to let Ctrl-C through.
+
+use fencepost_net::tools::{self, Amount};
+use fencepost_net::{Connection, Endpoint, EndpointConfig, NetError};
+use fencepost_sim::scenario::transport_from_options;
+use pyo3::exceptions::{PyConnectionError, PyOSError, PyTimeoutError, PyValueError};
+use pyo3::prelude::*;
+use std::future::Future;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+use tokio::runtime::Runtime;
+
+fn runtime() -> &'static Runtime {
+    static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("fencepost-net")
+            .enable_all()
+            .build()
+            .expect("a tokio runtime starts")
+    })
+}
+
+const SLICE: Duration = Duration::from_millis(100);
+
+/// Runs `future` on the runtime until it finishes, `timeout` passes (TimeoutError)
+/// or Ctrl-C (KeyboardInterrupt). The GIL is released while waiting.
+fn block_on<F>(py: Python<'_>, future: F, timeout: Option<f64>, what: &str) -> PyResult<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let mut task = runtime().spawn(future);
+    let started = Instant::now();
+    let limit = timeout.map(|t| Duration::from_secs_f64(t.max(0.0)));
+    loop {
+        let wait = limit.map_or(SLICE, |l| l.saturating_sub(started.elapsed()).min(SLICE));
+        let done = py.detach(|| runtime().block_on(async { tokio::time::timeout(wait, &mut task).await }));
+        match done {
+            Ok(Ok(output)) => return Ok(output),
+            Ok(Err(join_error)) => return Err(PyOSError::new_err(format!("{what} failed: {join_error}"))),
+            Err(_) => {}
+        }
+        if let Err(interrupt) = py.check_signals() {
+            task.abort();
+            return Err(interrupt);
+        }
+        if limit.is_some_and(|l| started.elapsed() >= l) {
+            task.abort();
+            return Err(PyTimeoutError::new_err(format!("{what} timed out after {:.3} s", limit.unwrap_or_default().as_secs_f64())));
+        }
+    }
+}
+
+fn net_error(e: NetError) -> PyErr {
+    match &e {
+        NetError::ConnectTimeout { .. } => PyTimeoutError::new_err(e.to_string()),
+        NetError::ConnectionLost { .. } | NetError::EndpointClosed(_) => PyConnectionError::new_err(e.to_string()),
+        NetError::Io(io) if io.kind() == std::io::ErrorKind::TimedOut => PyTimeoutError::new_err(e.to_string()),
+        NetError::Io(io) if matches!(io.kind(), std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::NotConnected) => {
+            PyConnectionError::new_err(e.to_string())
+        }
+        _ => PyOSError::new_err(e.to_string()),
+    }
+}
+
+fn io_error(e: std::io::Error) -> PyErr {
+    match e.get_ref().and_then(|inner| inner.downcast_ref::<NetError>()) {
+        Some(_) => {
+            let message = e.to_string();
+            match e.kind() {
+                std::io::ErrorKind::TimedOut => PyTimeoutError::new_err(message),
+                _ => PyConnectionError::new_err(message),
+            }
+        }
+        None => match e.kind() {
+            std::io::ErrorKind::TimedOut => PyTimeoutError::new_err(e.to_string()),
+            std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::NotConnected => {
+                PyConnectionError::new_err(e.to_string())
+            }
+            _ => PyOSError::new_err(e.to_string()),
+        },
+    }
+}
+
+fn resolve(host: &str, port: u16) -> PyResult<SocketAddr> {
+    (host, port)
+        .to_socket_addrs()
+        .map_err(|e| PyOSError::new_err(format!("cannot resolve {host}:{port}: {e}")))?
+        .next()
+        .ok_or_else(|| PyOSError::new_err(format!("{host}:{port} resolves to no address")))
+}
+
+fn endpoint_config(server: bool, options: &[(String, String)], connect_timeout: Option<f64>) -> PyResult<EndpointConfig> {
+    let transport = transport_from_options(options.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .map_err(|e| PyValueError::new_err((e.option, e.message)))?;
+    let mut config = if server { EndpointConfig::server(transport) } else { EndpointConfig::client(transport) };
+    if let Some(t) = connect_timeout {
+        if !(t > 0.0 && t.is_finite()) {
+            return Err(PyValueError::new_err(("connect-timeout".to_string(), format!("{t} is not a positive number of seconds"))));
+        }
+        config.connect_timeout = Duration::from_secs_f64(t);
+    }
+    Ok(config)
+}
+
+/// Waits up to `wait` for a first message, then takes whatever else is queued.
+fn drain(rx: &Mutex<mpsc::Receiver<String>>, wait: Duration) -> Result<Vec<String>, String> {
+    let rx = rx.lock().map_err(|_| "state poisoned".to_string())?;
+    let mut out = Vec::new();
+    if let Ok(first) = rx.recv_timeout(wait) {
+        out.push(first);
+        while let Ok(more) = rx.try_recv() {
+            out.push(more);
+        }
+    }
+    Ok(out)
+}
+
+/// One UDP socket serving fencepost connections.
+#[pyclass(name = "Endpoint", module = "fencepost._core", frozen)]
+pub struct PyEndpoint {
+    inner: Endpoint,
+}
+
+#[pymethods]
+impl PyEndpoint {
+    /// Binds host:port (port 0 picks one). `server` accepts incoming connections.
+    #[staticmethod]
+    #[pyo3(signature = (host, port, server, options=Vec::new(), connect_timeout=None))]
+    fn bind(py: Python<'_>, host: &str, port: u16, server: bool, options: Vec<(String, String)>, connect_timeout: Option<f64>) -> PyResult<Self> {
+        let addr = resolve(host, port)?;
+        let config = endpoint_config(server, &options, connect_timeout)?;
+        let inner = block_on(py, Endpoint::bind(addr, config), None, "bind")?.map_err(net_error)?;
+        Ok(PyEndpoint { inner })
+    }
+
+    fn local_addr(&self) -> (String, u16) {
+        let a = self.inner.local_addr();
+        (a.ip().to_string(), a.port())
+    }
+
+    /// Opens a connection; TimeoutError naming the address if the peer does not answer.
+    #[pyo3(signature = (host, port))]
+    fn connect(&self, py: Python<'_>, host: &str, port: u16) -> PyResult<PyConnection> {
+        let addr = resolve(host, port)?;
+        let endpoint = self.inner.clone();
+        let conn = block_on(py, async move { endpoint.connect(addr).await }, None, "connect")?.map_err(net_error)?;
+        Ok(PyConnection { inner: Arc::new(conn) })
+    }
+
+    /// The next incoming connection; None if `timeout` passes first or the endpoint stopped.
+    #[pyo3(signature = (timeout=None))]
+    fn accept(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<PyConnection>> {
+        let endpoint = self.inner.clone();
+        match block_on(py, async move { endpoint.accept().await }, timeout, "accept") {
+            Ok(conn) => Ok(conn.map(|c| PyConnection { inner: Arc::new(c) })),
+            Err(e) if e.is_instance_of::<PyTimeoutError>(py) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Stops the endpoint at once: its connections end without a goodbye.
+    fn shutdown(&self) {
+        self.inner.shutdown();
+    }
+
+    /// Datagrams dropped before reaching a connection: (received, malformed, unknown connection, wrong address, refused).
+    fn stats(&self) -> (u64, u64, u64, u64, u64) {
+        let s = self.inner.stats();
+        (s.datagrams_received, s.malformed, s.unknown_connection, s.wrong_address, s.refused)
+    }
+
+    fn connection_count(&self) -> usize {
+        self.inner.connection_count()
+    }
+}
+
+/// One connection, a byte stream.
+#[pyclass(name = "Connection", module = "fencepost._core", frozen)]
+pub struct PyConnection {
+    inner: Arc<Connection>,
+}
+
+#[pymethods]
+impl PyConnection {
+    fn remote_addr(&self) -> (String, u16) {
+        let a = self.inner.remote_addr();
+        (a.ip().to_string(), a.port())
+    }
+
+    /// Queues what fits of `data` (waiting for room if none); returns how many bytes.
+    #[pyo3(signature = (data, timeout=None))]
+    fn send(&self, py: Python<'_>, data: Vec<u8>, timeout: Option<f64>) -> PyResult<usize> {
+        let conn = self.inner.clone();
+        block_on(py, async move { conn.send(&data).await }, timeout, "send")?.map_err(io_error)
+    }
+
+    /// Queues all of `data`.
+    #[pyo3(signature = (data, timeout=None))]
+    fn sendall(&self, py: Python<'_>, data: Vec<u8>, timeout: Option<f64>) -> PyResult<()> {
+        let conn = self.inner.clone();
+        block_on(
+            py,
+            async move {
+                let mut rest = &data[..];
+                while !rest.is_empty() {
+                    let n = conn.send(rest).await?;
+                    rest = &rest[n..];
+                }
+                Ok::<(), std::io::Error>(())
+            },
+            timeout,
+            "sendall",
+        )?
+        .map_err(io_error)
+    }
+
+    /// Up to `size` bytes; b"" once the peer finished its stream.
+    #[pyo3(signature = (size, timeout=None))]
+    fn recv(&self, py: Python<'_>, size: usize, timeout: Option<f64>) -> PyResult<Vec<u8>> {
+        let conn = self.inner.clone();
+        let mut buf = vec![0u8; size.max(1)];
+        block_on(
+            py,
+            async move {
+                let n = conn.recv(&mut buf).await?;
+                buf.truncate(n);
+                Ok::<Vec<u8>, std::io::Error>(buf)
+            },
+            timeout,
+            "recv",
+        )?
+        .map_err(io_error)
+    }
+
+    /// Finishes this side's stream; the peer reads end-of-stream after the data.
+    fn finish(&self) {
+        self.inner.finish();
+    }
+
+    /// Finishes and waits until both sides finished (or `timeout`).
+    #[pyo3(signature = (timeout=None))]
+    fn close(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
+        let conn = self.inner.clone();
+        block_on(py, async move { conn.close().await }, timeout, "close")?.map_err(net_error)
+    }
+
+    fn abort(&self) {
+        self.inner.abort();
+    }
+
+    /// (packets sent, data packets sent, retransmissions, packets received, bytes sent, bytes received).
+    fn stats(&self) -> (u64, u64, u64, u64, u64, u64) {
+        let s = self.inner.stats();
+        (s.packets_sent, s.data_packets_sent, s.retransmissions, s.packets_received, s.bytes_sent, s.bytes_received)
+    }
+}
+
+/// A running `serve`: poll it for each finished connection's account (JSON).
+#[pyclass(name = "Server", module = "fencepost._core", frozen)]
+pub struct PyServer {
+    endpoint: Endpoint,
+    reports: Mutex<mpsc::Receiver<String>>,
+}
+
+#[pymethods]
+impl PyServer {
+    #[staticmethod]
+    #[pyo3(signature = (host, port, echo, options=Vec::new()))]
+    fn start(py: Python<'_>, host: &str, port: u16, echo: bool, options: Vec<(String, String)>) -> PyResult<Self> {
+        let addr = resolve(host, port)?;
+        let config = endpoint_config(true, &options, None)?;
+        let endpoint = block_on(py, Endpoint::bind(addr, config), None, "bind")?.map_err(net_error)?;
+        let (tx, rx) = mpsc::channel();
+        let tx = Arc::new(Mutex::new(tx));
+        runtime().spawn(tools::serve(endpoint.clone(), echo, move |summary| {
+            if let Ok(json) = serde_json::to_string(&summary) {
+                let _ = tx.lock().map(|t| t.send(json));
+            }
+        }));
+        Ok(PyServer { endpoint, reports: Mutex::new(rx) })
+    }
+
+    fn local_addr(&self) -> (String, u16) {
+        let a = self.endpoint.local_addr();
+        (a.ip().to_string(), a.port())
+    }
+
+    /// Finished connections' accounts, waiting up to `timeout` for the first.
+    #[pyo3(signature = (timeout=0.2))]
+    fn poll(&self, py: Python<'_>, timeout: f64) -> PyResult<Vec<String>> {
+        py.check_signals()?;
+        let wait = Duration::from_secs_f64(timeout.max(0.0));
+        py.detach(|| drain(&self.reports, wait)).map_err(PyOSError::new_err)
+    }
+
+    /// (received, malformed, unknown connection, wrong address, refused) datagrams.
+    fn stats(&self) -> (u64, u64, u64, u64, u64) {
+        let s = self.endpoint.stats();
+        (s.datagrams_received, s.malformed, s.unknown_connection, s.wrong_address, s.refused)
+    }
+
+    fn shutdown(&self) {
+        self.endpoint.shutdown();
+    }
+}
+
+/// A running `send`: poll it for interval reports and, at the end, the summary.
+#[pyclass(name = "Sender", module = "fencepost._core", frozen)]
+pub struct PySender {
+    intervals: Mutex<mpsc::Receiver<String>>,
+    done: Mutex<Option<tokio::task::JoinHandle<Result<tools::SendSummary, NetError>>>>,
+}
+
+#[pymethods]
+impl PySender {
+    /// Starts sending to host:port: `bytes`, or for `seconds`.
+    #[staticmethod]
+    #[pyo3(signature = (host, port, bytes=None, seconds=None, interval=1.0, options=Vec::new(), connect_timeout=None))]
+    fn start(
+        py: Python<'_>,
+        host: &str,
+        port: u16,
+        bytes: Option<u64>,
+        seconds: Option<f64>,
+        interval: f64,
+        options: Vec<(String, String)>,
+        connect_timeout: Option<f64>,
+    ) -> PyResult<Self> {
+        let target = resolve(host, port)?;
+        let amount = match (bytes, seconds) {
+            (Some(b), None) => Amount::Bytes(b),
+            (None, Some(s)) if s > 0.0 && s.is_finite() => Amount::Time(Duration::from_secs_f64(s)),
+            _ => return Err(PyValueError::new_err(("bytes".to_string(), "give exactly one of bytes or a positive time".to_string()))),
+        };
+        let config = endpoint_config(false, &options, connect_timeout)?;
+        let bind: SocketAddr = if target.is_ipv4() { "0.0.0.0:0".parse() } else { "[::]:0".parse() }.expect("a literal address");
+        let endpoint = block_on(py, Endpoint::bind(bind, config), None, "bind")?.map_err(net_error)?;
+        let (tx, rx) = mpsc::channel();
+        let every = Duration::from_secs_f64(interval.max(0.05));
+        let task = runtime().spawn(async move {
+            let result = tools::send(&endpoint, target, amount, every, |i| {
+                if let Ok(json) = serde_json::to_string(&i) {
+                    let _ = tx.send(json);
+                }
+            })
+            .await;
+            endpoint.shutdown();
+            result
+        });
+        Ok(PySender { intervals: Mutex::new(rx), done: Mutex::new(Some(task)) })
+    }
+
+    /// (interval reports so far, the summary JSON once finished or None). Raises the
+    /// transfer's error once it failed.
+    #[pyo3(signature = (timeout=0.2))]
+    fn poll(&self, py: Python<'_>, timeout: f64) -> PyResult<(Vec<String>, Option<String>)> {
+        py.check_signals()?;
+        let wait = Duration::from_secs_f64(timeout.max(0.0));
+        let out = py.detach(|| drain(&self.intervals, wait)).map_err(PyOSError::new_err)?;
+        let mut done = self.done.lock().map_err(|_| PyOSError::new_err("sender state poisoned"))?;
+        if done.as_ref().is_some_and(|t| t.is_finished()) {
+            let task = done.take().expect("checked above");
+            let result = py.detach(|| runtime().block_on(task)).map_err(|e| PyOSError::new_err(format!("send failed: {e}")))?;
+            let summary = result.map_err(net_error)?;
+            let json = serde_json::to_string(&summary).map_err(|e| PyOSError::new_err(e.to_string()))?;
+            return Ok((out, Some(json)));
+        }
+        Ok((out, None))
+    }
+
+    /// Stops the transfer (Ctrl-C).
+    fn cancel(&self) {
+        if let Ok(mut done) = self.done.lock() {
+            if let Some(task) = done.take() {
+                task.abort();
+            }
+        }
+    }
+}
+
+/// The seed article's echo benchmark against host:port; returns the result as JSON.
+#[pyfunction]
+#[pyo3(signature = (host, port, messages=1000, seed=1, options=Vec::new(), connect_timeout=None))]
+pub fn echo_bench(
+    py: Python<'_>,
+    host: &str,
+    port: u16,
+    messages: u32,
+    seed: u64,
+    options: Vec<(String, String)>,
+    connect_timeout: Option<f64>,
+) -> PyResult<String> {
+    let target = resolve(host, port)?;
+    let config = endpoint_config(false, &options, connect_timeout)?;
+    let bind: SocketAddr = if target.is_ipv4() { "0.0.0.0:0".parse() } else { "[::]:0".parse() }.expect("a literal address");
+    let endpoint = block_on(py, Endpoint::bind(bind, config), None, "bind")?.map_err(net_error)?;
+    let result = block_on(
+        py,
+        async move {
+            let r = tools::echo_bench(&endpoint, target, messages, seed).await;
+            endpoint.shutdown();
+            r
+        },
+        None,
+        "echo-bench",
+    )?
+    .map_err(net_error)?;
+    serde_json::to_string(&result).map_err(|e| PyOSError::new_err(e.to_string()))
+}

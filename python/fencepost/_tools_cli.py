@@ -1,0 +1,228 @@
+"""`fencepost serve`, `fencepost send` and `fencepost echo-bench`: iperf3-shaped tools."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Optional
+
+from . import _core
+from ._errors import OptionError, option_error_from_native
+from .net import _translate
+from .sim import normalize_options
+
+TRANSPORT_FLAGS = [
+    ("--profile", "seed|default", "transport profile (default default)"),
+    ("--arq", "fence|window", "loss recovery (default fence)"),
+    ("--cc", "CC", "congestion control: none[:window=N,rate=R,pacing=on|off] or tahoe[:iw=N,ssthresh=N,pacing=on|off]"),
+    ("--packet-size", "BYTES", "data payload per packet"),
+    ("--idle-timeout", "DURATION", "end a connection after this long without hearing from the peer (default 30s)"),
+]
+
+
+def add_transport_flags(p: argparse.ArgumentParser) -> None:
+    for flag, metavar, help_text in TRANSPORT_FLAGS:
+        p.add_argument(flag, metavar=metavar, help=help_text)
+
+
+def transport_options(args: argparse.Namespace) -> list:
+    given = {}
+    for flag, _, _ in TRANSPORT_FLAGS:
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if value is not None:
+            given[flag[2:]] = value
+    return normalize_options(given)
+
+
+def host_port(text: str, option: str) -> tuple[str, int]:
+    """``HOST:PORT`` or ``[V6]:PORT``."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise OptionError(option, f"{text!r} is not HOST:PORT (like 127.0.0.1:5201 or [::1]:5201)")
+    return host.strip("[]"), int(port)
+
+
+def _units(value: float, unit: str) -> str:
+    for scale, prefix in ((1e9, "G"), (1e6, "M"), (1e3, "K")):
+        if value >= scale:
+            return f"{value / scale:6.2f} {prefix}{unit}"
+    return f"{value:6.0f} {unit}"
+
+
+def _bytes(n: float) -> str:
+    for scale, prefix in ((1 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")):
+        if n >= scale:
+            return f"{n / scale:7.2f} {prefix}Bytes"
+    return f"{n:7.0f} Bytes"
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    host, port = host_port(args.listen, "listen")
+    try:
+        server = _core.Server.start(host, port, args.echo, transport_options(args))
+    except (OSError, ValueError) as exc:
+        raise _translate(exc) from None
+    addr = server.local_addr()
+    mode = "echo" if args.echo else "sink"
+    print(f"fencepost serve: listening on {addr[0]}:{addr[1]} ({mode}); Ctrl-C stops", flush=True)
+    try:
+        while True:
+            for report in server.poll(0.5):
+                r = json.loads(report)
+                if args.json:
+                    print(json.dumps(r), flush=True)
+                    continue
+                outcome = f"error: {r['error']}" if r["error"] else "ok"
+                print(
+                    f"[{r['remote']}] {mode}: {r['bytes']:,} bytes in {r['duration_s']:.2f} s "
+                    f"({_units(r['goodput_bps'], 'bit/s').strip()}), sha256 {r['sha256'][:16]}..., "
+                    f"packets sent {r['packets_sent']:,}, retransmissions {r['retransmissions']:,}; {outcome}",
+                    flush=True,
+                )
+    except KeyboardInterrupt:
+        received, malformed, unknown, wrong_addr, refused = server.stats()
+        server.shutdown()
+        print(f"\nfencepost serve: stopped; datagrams received {received:,}, dropped: malformed {malformed:,}, "
+              f"unknown connection {unknown:,}, wrong address {wrong_addr:,}, refused {refused:,}", file=sys.stderr)
+        return 0
+
+
+def cmd_send(args: argparse.Namespace) -> int:
+    from .units import parse_bytes, parse_duration
+
+    host, port = host_port(args.target, "target")
+    if (args.bytes is None) == (args.time is None):
+        raise OptionError("bytes", "give exactly one of --bytes (like 100MB) or --time (like 10s)")
+    nbytes = parse_bytes(args.bytes, "bytes") if args.bytes is not None else None
+    seconds = parse_duration(args.time, "time") if args.time is not None else None
+    interval = parse_duration(args.interval, "interval")
+    started = time.time()
+    try:
+        sender = _core.Sender.start(host, port, nbytes, seconds, interval, transport_options(args), parse_duration(args.connect_timeout, "connect-timeout"))
+    except (OSError, ValueError) as exc:
+        raise _translate(exc) from None
+    intervals = []
+    if not args.json:
+        what = f"{args.bytes}" if nbytes is not None else f"{args.time}"
+        print(f"Connecting to host {host}, port {port} (fencepost, sending {what})", flush=True)
+        print("[ ID] Interval           Transfer     Bitrate           Retr   RTT       Cwnd", flush=True)
+    summary = None
+    try:
+        while summary is None:
+            try:
+                reports, final = sender.poll(0.2)
+            except (OSError, ValueError) as exc:
+                raise _translate(exc) from None
+            for report in reports:
+                i = json.loads(report)
+                intervals.append(i)
+                if not args.json:
+                    print(
+                        f"[  1] {i['start']:6.2f}-{i['end']:<6.2f} sec {_bytes(i['bytes'])}  {_units(i['bits_per_second'], 'bits/sec')}"
+                        f"  {i['retransmissions']:5d}  {i['rtt_ms']:6.2f} ms  {_bytes(i['cwnd']).strip()}",
+                        flush=True,
+                    )
+            if final is not None:
+                summary = json.loads(final)
+    except KeyboardInterrupt:
+        sender.cancel()
+        print("fencepost send: interrupted", file=sys.stderr)
+        return 130
+    s = summary
+    if args.json:
+        print(json.dumps(iperf_shaped(host, port, started, nbytes, seconds, intervals, s), indent=2))
+    else:
+        print("- - - - - - - - - - - - - - - - - - - - - - - - -")
+        print(f"[  1]   0.00-{s['duration_s']:<6.2f} sec {_bytes(s['bytes'])}  {_units(s['bits_per_second'], 'bits/sec')}  {s['retransmissions']:5d}   sender")
+        verdict = "SHA-256 match" if s["hashes_match"] else f"MISMATCH (sent {s['sha256'][:16]}..., received {s['receiver_sha256'][:16] or 'nothing'}...)"
+        print(f"[  1]   0.00-{s['duration_s']:<6.2f} sec {_bytes(s['receiver_bytes'])}  {_units(s['receiver_bytes'] * 8 / max(s['duration_s'], 1e-9), 'bits/sec')}          receiver  {verdict}")
+        print(f"packets sent {s['packets_sent']:,} (data {s['data_packets_sent']:,}), acks received {s['acks_received']:,}, smoothed RTT {s['rtt_ms']:.3f} ms")
+    return 0 if s["hashes_match"] else 1
+
+
+def iperf_shaped(host: str, port: int, started: float, nbytes, seconds, intervals: list, s: dict) -> dict:
+    """The run as iperf3 --json lays it out (start, intervals, end), with fencepost's own fields added."""
+    def stream(i: dict) -> dict:
+        seconds_ = i["end"] - i["start"]
+        return {"socket": 1, "start": i["start"], "end": i["end"], "seconds": seconds_, "bytes": i["bytes"],
+                "bits_per_second": i["bits_per_second"], "retransmits": i["retransmissions"],
+                "snd_cwnd": i["cwnd"], "rtt": int(i["rtt_ms"] * 1000), "bytes_in_flight": i["bytes_in_flight"]}
+
+    return {
+        "start": {
+            "connected": [{"socket": 1, "remote_host": host, "remote_port": port}],
+            "version": f"fencepost {_core.__version__}",
+            "timestamp": {"timesecs": int(started), "time": time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(started))},
+            "test_start": {"protocol": "fencepost", "num_streams": 1, "bytes": nbytes or 0, "duration": seconds or 0},
+        },
+        "intervals": [{"streams": [stream(i)], "sum": {k: v for k, v in stream(i).items() if k not in ("socket", "snd_cwnd", "rtt", "bytes_in_flight")}} for i in intervals],
+        "end": {
+            "sum_sent": {"start": 0, "end": s["duration_s"], "seconds": s["duration_s"], "bytes": s["bytes"],
+                         "bits_per_second": s["bits_per_second"], "retransmits": s["retransmissions"]},
+            "sum_received": {"start": 0, "end": s["duration_s"], "seconds": s["duration_s"], "bytes": s["receiver_bytes"],
+                             "bits_per_second": s["receiver_bytes"] * 8 / max(s["duration_s"], 1e-9)},
+            "fencepost": {k: s[k] for k in ("sha256", "receiver_sha256", "hashes_match", "packets_sent", "data_packets_sent", "acks_received", "rtt_ms")},
+        },
+    }
+
+
+def cmd_echo_bench(args: argparse.Namespace) -> int:
+    host, port = host_port(args.target, "target")
+    try:
+        text = _core.echo_bench(host, port, args.messages, args.seed, transport_options(args), 10.0)
+    except (OSError, ValueError) as exc:
+        raise _translate(exc) from None
+    r = json.loads(text)
+    verdict = "echo verified by SHA-256" if r["hashes_match"] else "ECHO MISMATCH"
+    print(f"{r['messages']} messages, {r['bytes']:,} bytes echoed in {r['time_to_completion_s']:.2f} s; "
+          f"packets sent {r['packets_sent']:,} (retransmissions {r['retransmissions']:,}); {verdict}")
+    if args.results:
+        # The article's results file: condition -> list of [packets sent, seconds to completion].
+        results = {}
+        if os.path.exists(args.results):
+            try:
+                with open(args.results, encoding="utf-8") as f:
+                    results = json.load(f)
+            except (OSError, json.JSONDecodeError) as exc:
+                raise OptionError("results", f"{args.results} exists but is not a results JSON file: {exc}") from None
+        results.setdefault(args.condition, []).append([r["packets_sent"], r["time_to_completion_s"]])
+        tmp = args.results + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(results, f, indent=4)
+        os.replace(tmp, args.results)
+        print(f"appended to {args.results} under {args.condition!r} ({len(results[args.condition])} runs)")
+    return 0 if r["hashes_match"] else 1
+
+
+def add_parsers(subparsers) -> None:
+    p = subparsers.add_parser("serve", help="accept fencepost connections: a sink (default) or an echo",
+                              description="Accept fencepost connections. As a sink, answer each with the SHA-256 of what arrived; with --echo, send everything back.")
+    p.add_argument("--listen", metavar="HOST:PORT", default="0.0.0.0:5201", help="address to listen on (default 0.0.0.0:5201)")
+    p.add_argument("--echo", action="store_true", help="echo every byte back instead of sinking it")
+    p.add_argument("--json", action="store_true", help="one JSON line per finished connection")
+    add_transport_flags(p)
+    p.set_defaults(handler=cmd_serve)
+
+    p = subparsers.add_parser("send", help="send bytes to a fencepost serve, iperf3-style",
+                              description="Send bytes to a `fencepost serve` sink, print per-interval lines and a summary, and check the receiver's SHA-256 against the sender's.")
+    p.add_argument("target", metavar="HOST:PORT")
+    p.add_argument("--bytes", metavar="SIZE", help="how much to send, like 100MB or 1GB")
+    p.add_argument("--time", metavar="DURATION", help="send for this long instead, like 10s")
+    p.add_argument("--interval", metavar="DURATION", default="1s", help="report every (default 1s)")
+    p.add_argument("--connect-timeout", metavar="DURATION", default="10s", help="give up on the handshake after (default 10s)")
+    p.add_argument("--json", action="store_true", help="iperf3-shaped JSON (start, intervals, end)")
+    add_transport_flags(p)
+    p.set_defaults(handler=cmd_send)
+
+    p = subparsers.add_parser("echo-bench", help="the seed article's echo benchmark client",
+                              description="Send 1000 random messages of 200-400 bytes, 2-20 ms apart, to a `fencepost serve --echo`; verify the echo by SHA-256; report packets sent and time to completion; append them to a results JSON keyed by condition.")
+    p.add_argument("target", metavar="HOST:PORT")
+    p.add_argument("--condition", metavar="NAME", required=True, help="the key the result is stored under (like a drop rate)")
+    p.add_argument("--results", metavar="FILE", default="results.json", help="results file to append to (default results.json; '' to skip)")
+    p.add_argument("--messages", metavar="N", type=int, default=1000, help="messages to send (default 1000)")
+    p.add_argument("--seed", metavar="N", type=int, default=1, help="seed for the messages (default 1)")
+    add_transport_flags(p)
+    p.set_defaults(handler=cmd_echo_bench)

@@ -1,0 +1,382 @@
+"""fencepost over real UDP: a socket-like blocking API and asyncio streams.
+
+    import fencepost
+    with fencepost.connect(("127.0.0.1", 5201)) as s:
+        s.sendall(b"hello")
+        print(s.recv(1024))
+
+Blocking calls release the GIL and stay interruptible by Ctrl-C. Transport
+options (``profile``, ``arq``, ``cc``, ``packet_size``, ``idle_timeout``) are
+the ``fencepost sim`` ones. The asyncio API runs the same native calls on a
+thread pool, so it works in any event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+from typing import Any, Awaitable, Callable, Optional, Tuple
+
+from . import _core
+from ._errors import FencepostError, OptionError, option_error_from_native
+from .sim import normalize_options
+
+Address = Tuple[str, int]
+
+
+class ConnectionLost(FencepostError, ConnectionError):
+    """The connection ended abnormally: the peer vanished (idle timeout) or reset it."""
+
+
+class Timeout(FencepostError, TimeoutError):
+    """An operation's timeout passed, or the peer never answered the handshake."""
+
+
+def _options(options: dict) -> list:
+    return normalize_options(options)
+
+
+def _translate(exc: BaseException) -> BaseException:
+    if isinstance(exc, FencepostError):
+        return exc
+    if isinstance(exc, TimeoutError):
+        return Timeout(str(exc))
+    if isinstance(exc, ConnectionError):
+        return ConnectionLost(str(exc))
+    if isinstance(exc, ValueError) and exc.args and isinstance(exc.args[0], tuple):
+        return option_error_from_native(exc)
+    if isinstance(exc, ValueError) and len(exc.args) == 2:
+        return option_error_from_native(exc)
+    if isinstance(exc, OSError):
+        return FencepostError(str(exc))
+    return exc
+
+
+def _call(fn: Callable, *args: Any, **kwargs: Any) -> Any:
+    try:
+        return fn(*args, **kwargs)
+    except (OSError, ValueError) as exc:
+        raise _translate(exc) from None
+
+
+def _check_address(address: Any, what: str) -> Address:
+    if not (isinstance(address, tuple) and len(address) == 2 and isinstance(address[0], str) and isinstance(address[1], int)):
+        raise OptionError(what, f"{address!r} is not a (host, port) tuple")
+    if not 0 <= address[1] <= 65535:
+        raise OptionError(what, f"port {address[1]} is outside 0-65535")
+    return address
+
+
+class Socket:
+    """A connected fencepost stream with the shape of a ``socket.socket``."""
+
+    def __init__(self, native: "_core.Connection", endpoint: Optional["_core.Endpoint"] = None) -> None:
+        self._conn = native
+        self._endpoint = endpoint  # a client socket owns its endpoint
+        self._timeout: Optional[float] = None
+        self._closed = False
+
+    # -- socket-like --
+    def settimeout(self, timeout: Optional[float]) -> None:
+        if timeout is not None and timeout < 0:
+            raise ValueError("timeout must be None or a non-negative number of seconds")
+        self._timeout = timeout
+
+    def gettimeout(self) -> Optional[float]:
+        return self._timeout
+
+    def getpeername(self) -> Address:
+        return self._conn.remote_addr()
+
+    def send(self, data: bytes) -> int:
+        """Queues what fits of ``data``; returns how many bytes were taken."""
+        self._check_open()
+        return _call(self._conn.send, bytes(data), self._timeout)
+
+    def sendall(self, data: bytes) -> None:
+        self._check_open()
+        _call(self._conn.sendall, bytes(data), self._timeout)
+
+    def recv(self, bufsize: int) -> bytes:
+        """Up to ``bufsize`` bytes; ``b""`` once the peer finished its stream."""
+        self._check_open()
+        if bufsize <= 0:
+            return b""
+        return bytes(_call(self._conn.recv, bufsize, self._timeout))
+
+    def shutdown_write(self) -> None:
+        """Finishes this side's stream (like ``shutdown(SHUT_WR)``); reading goes on."""
+        self._conn.finish()
+
+    def close(self, timeout: Optional[float] = 10.0) -> None:
+        """Finishes the stream and waits (up to ``timeout``) for the peer to finish too."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            _call(self._conn.close, timeout)
+        except Timeout:
+            pass  # the close goes on in the background
+        finally:
+            if self._endpoint is not None:
+                self._endpoint.shutdown()
+
+    def stats(self) -> dict:
+        names = ["packets_sent", "data_packets_sent", "retransmissions", "packets_received", "bytes_sent", "bytes_received"]
+        return dict(zip(names, self._conn.stats()))
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise FencepostError("the socket is closed")
+
+    def __enter__(self) -> "Socket":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def connect(address: Address, timeout: Optional[float] = None, connect_timeout: float = 10.0, **options: Any) -> Socket:
+    """Opens a fencepost connection to ``(host, port)``. ``connect_timeout``
+    bounds the handshake; ``timeout`` becomes the socket's timeout."""
+    host, port = _check_address(address, "address")
+    bind_host = "::" if ":" in host else "0.0.0.0"
+    endpoint = _call(_core.Endpoint.bind, bind_host, 0, False, _options(options), connect_timeout)
+    try:
+        native = _call(endpoint.connect, host, port)
+    except BaseException:
+        endpoint.shutdown()
+        raise
+    sock = Socket(native, endpoint)
+    sock.settimeout(timeout)
+    return sock
+
+
+class Listener:
+    """Accepts fencepost connections on one UDP port."""
+
+    def __init__(self, address: Address, **options: Any) -> None:
+        host, port = _check_address(address, "address")
+        self._endpoint = _call(_core.Endpoint.bind, host, port, True, _options(options))
+        self._timeout: Optional[float] = None
+        self._closed = False
+
+    def getsockname(self) -> Address:
+        return self._endpoint.local_addr()
+
+    def settimeout(self, timeout: Optional[float]) -> None:
+        self._timeout = timeout
+
+    def accept(self) -> Tuple[Socket, Address]:
+        """The next connection and its peer's address; ``Timeout`` after the timeout."""
+        if self._closed:
+            raise FencepostError("the listener is closed")
+        native = _call(self._endpoint.accept, self._timeout)
+        if native is None:
+            if self._closed:
+                raise FencepostError("the listener is closed")
+            raise Timeout(f"no connection within {self._timeout} s")
+        return Socket(native), native.remote_addr()
+
+    def close(self) -> None:
+        """Stops listening; open connections end with it."""
+        self._closed = True
+        self._endpoint.shutdown()
+
+    def stats(self) -> dict:
+        names = ["datagrams_received", "malformed", "unknown_connection", "wrong_address", "refused"]
+        return dict(zip(names, self._endpoint.stats()))
+
+    def __enter__(self) -> "Listener":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def listen(address: Address, **options: Any) -> Listener:
+    """Listens for fencepost connections on ``(host, port)`` (port 0 picks one)."""
+    return Listener(address, **options)
+
+
+# ---- asyncio ----
+
+_POOL: Optional[concurrent.futures.ThreadPoolExecutor] = None
+
+
+def _pool() -> concurrent.futures.ThreadPoolExecutor:
+    # Blocking native calls wait with the GIL released; one thread per waiting call.
+    global _POOL
+    if _POOL is None:
+        _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=512, thread_name_prefix="fencepost-asyncio")
+    return _POOL
+
+
+async def _run(fn: Callable, *args: Any) -> Any:
+    return await asyncio.get_running_loop().run_in_executor(_pool(), functools.partial(fn, *args))
+
+
+class StreamReader:
+    """Reads from a fencepost connection, like ``asyncio.StreamReader``."""
+
+    def __init__(self, sock: Socket) -> None:
+        self._sock = sock
+        self._buffer = bytearray()
+        self._eof = False
+
+    async def _fill(self, n: int) -> None:
+        data = await _run(self._sock.recv, max(n, 65536))
+        if data:
+            self._buffer += data
+        else:
+            self._eof = True
+
+    async def read(self, n: int = -1) -> bytes:
+        if n == 0:
+            return b""
+        if n < 0:
+            while not self._eof:
+                await self._fill(65536)
+            data, self._buffer = bytes(self._buffer), bytearray()
+            return data
+        if not self._buffer and not self._eof:
+            await self._fill(n)
+        data = bytes(self._buffer[:n])
+        del self._buffer[:n]
+        return data
+
+    async def readexactly(self, n: int) -> bytes:
+        while len(self._buffer) < n and not self._eof:
+            await self._fill(n - len(self._buffer))
+        if len(self._buffer) < n:
+            partial = bytes(self._buffer)
+            self._buffer.clear()
+            raise asyncio.IncompleteReadError(partial, n)
+        data = bytes(self._buffer[:n])
+        del self._buffer[:n]
+        return data
+
+    def at_eof(self) -> bool:
+        return self._eof and not self._buffer
+
+
+class StreamWriter:
+    """Writes to a fencepost connection, like ``asyncio.StreamWriter``."""
+
+    def __init__(self, sock: Socket) -> None:
+        self._sock = sock
+        self._pending: list[bytes] = []
+        self._closed: Optional[asyncio.Future] = None
+
+    def write(self, data: bytes) -> None:
+        self._pending.append(bytes(data))
+
+    async def drain(self) -> None:
+        while self._pending:
+            await _run(self._sock.sendall, self._pending.pop(0))
+
+    def write_eof(self) -> None:
+        self._sock.shutdown_write()
+
+    def can_write_eof(self) -> bool:
+        return True
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        if name == "peername":
+            return self._sock.getpeername()
+        return default
+
+    def close(self) -> None:
+        if self._closed is None:
+            loop = asyncio.get_running_loop()
+
+            async def finish() -> None:
+                await self.drain()
+                await _run(self._sock.close)
+
+            self._closed = loop.create_task(finish())
+
+    def is_closing(self) -> bool:
+        return self._closed is not None
+
+    async def wait_closed(self) -> None:
+        if self._closed is not None:
+            await self._closed
+
+
+async def open_connection(host: str, port: int, **options: Any) -> Tuple[StreamReader, StreamWriter]:
+    """Connects and returns ``(reader, writer)`` like ``asyncio.open_connection``."""
+    sock = await _run(functools.partial(connect, (host, port), **options))
+    return StreamReader(sock), StreamWriter(sock)
+
+
+class Server:
+    """What ``start_server`` returns: serves until closed."""
+
+    def __init__(self, listener: Listener, callback: Callable[[StreamReader, StreamWriter], Awaitable[None]], loop) -> None:
+        self._listener = listener
+        self._callback = callback
+        self._loop = loop
+        self._tasks: set = set()
+        self._listener.settimeout(0.2)
+        self._accepting = loop.create_task(self._accept_loop())
+
+    @property
+    def address(self) -> Address:
+        return self._listener.getsockname()
+
+    async def _accept_loop(self) -> None:
+        while not self._listener._closed:
+            try:
+                sock, _ = await _run(self._listener.accept)
+            except Timeout:
+                continue
+            except FencepostError:
+                if self._listener._closed:
+                    return
+                raise
+            task = self._loop.create_task(self._callback(StreamReader(sock), StreamWriter(sock)))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def close(self) -> None:
+        self._listener.close()
+
+    async def wait_closed(self) -> None:
+        try:
+            await self._accepting
+        except asyncio.CancelledError:
+            pass
+
+    async def serve_forever(self) -> None:
+        await self._accepting
+
+    async def __aenter__(self) -> "Server":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        self.close()
+        await self.wait_closed()
+
+
+async def start_server(client_connected_cb: Callable[[StreamReader, StreamWriter], Awaitable[None]], host: str, port: int, **options: Any) -> Server:
+    """Serves fencepost connections, calling ``client_connected_cb(reader, writer)``
+    for each, like ``asyncio.start_server``."""
+    listener = await _run(functools.partial(listen, (host, port), **options))
+    return Server(listener, client_connected_cb, asyncio.get_running_loop())
+
+
+__all__ = [
+    "ConnectionLost",
+    "Listener",
+    "Server",
+    "Socket",
+    "StreamReader",
+    "StreamWriter",
+    "Timeout",
+    "connect",
+    "listen",
+    "open_connection",
+    "start_server",
+]
