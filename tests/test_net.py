@@ -1,0 +1,193 @@
+"""fencepost over real UDP on loopback: the blocking and asyncio APIs, the
+examples, and `fencepost serve` / `send` / `echo-bench`."""
+
+import asyncio
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import fencepost
+
+BIN = Path(sys.executable).parent
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def echo_listener(**options):
+    listener = fencepost.listen(("127.0.0.1", 0), **options)
+
+    def run():
+        while True:
+            try:
+                sock, _ = listener.accept()
+            except fencepost.FencepostError:
+                return
+
+            def serve(s=sock):
+                while data := s.recv(65536):
+                    s.sendall(data)
+                s.close()
+
+            threading.Thread(target=serve, daemon=True).start()
+
+    threading.Thread(target=run, daemon=True).start()
+    return listener
+
+
+def test_blocking_api_round_trip():
+    listener = echo_listener()
+    try:
+        with fencepost.connect(listener.getsockname(), timeout=10) as s:
+            payload = os.urandom(300_000)
+            s.sendall(payload)
+            s.shutdown_write()
+            got = bytearray()
+            while chunk := s.recv(65536):
+                got += chunk
+            assert bytes(got) == payload
+            assert s.stats()["packets_sent"] > 200
+            assert s.getpeername()[1] == listener.getsockname()[1]
+    finally:
+        listener.close()
+
+
+def test_timeouts_and_errors_are_clear():
+    listener = fencepost.listen(("127.0.0.1", 0))
+    try:
+        listener.settimeout(0.2)
+        with pytest.raises(fencepost.Timeout):
+            listener.accept()
+        port = listener.getsockname()[1]
+        with pytest.raises(fencepost.FencepostError, match="already in use"):
+            fencepost.listen(("127.0.0.1", port))
+        with fencepost.connect(listener.getsockname()) as s:
+            s.settimeout(0.3)
+            with pytest.raises(fencepost.Timeout):
+                s.recv(10)  # the listener never accepted, so nothing will come
+    finally:
+        listener.close()
+    silent = fencepost.listen(("127.0.0.1", 0))
+    addr = silent.getsockname()
+    silent.close()
+    with pytest.raises(fencepost.Timeout, match=f"{addr[0]}:{addr[1]}"):
+        fencepost.connect(addr, connect_timeout=0.5)
+    with pytest.raises(fencepost.OptionError, match="--arq"):
+        fencepost.connect(addr, arq="sack")
+
+
+def test_asyncio_streams():
+    async def main():
+        async def handle(reader, writer):
+            data = await reader.read()
+            writer.write(hashlib.sha256(data).digest())
+            await writer.drain()
+            writer.close()
+            await writer.wait_closed()
+
+        server = await fencepost.start_server(handle, "127.0.0.1", 0)
+        host, port = server.address
+        reader, writer = await fencepost.open_connection(host, port)
+        payload = os.urandom(200_000)
+        writer.write(payload)
+        await writer.drain()
+        writer.write_eof()
+        digest = await reader.readexactly(32)
+        assert digest == hashlib.sha256(payload).digest()
+        assert await reader.read() == b""
+        writer.close()
+        await writer.wait_closed()
+        server.close()
+        await server.wait_closed()
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_examples_echo_pair():
+    server = subprocess.Popen([sys.executable, str(EXAMPLES / "echo_server.py"), "127.0.0.1", "0"], stdout=subprocess.PIPE, text=True)
+    try:
+        line = server.stdout.readline()
+        port = int(line.rsplit(",", 1)[1].strip(" )\n"))
+        client = subprocess.run([sys.executable, str(EXAMPLES / "echo_client.py"), "127.0.0.1", str(port), "200"],
+                                capture_output=True, text=True, timeout=120)
+        assert client.returncode == 0, client.stderr
+        assert "hashes match" in client.stdout and "packets sent" in client.stdout
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.wait(timeout=10)
+
+
+def start_serve(*args):
+    proc = subprocess.Popen([str(BIN / "fencepost"), "serve", "--listen", "127.0.0.1:0", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = proc.stdout.readline()
+    assert "listening on" in first, first + proc.stderr.read()
+    port = int(first.split("listening on ")[1].split(" ")[0].rsplit(":", 1)[1])
+    return proc, port
+
+
+def test_serve_and_send_check_hashes_and_emit_iperf_json():
+    server, port = start_serve()
+    try:
+        out = subprocess.run([str(BIN / "fencepost"), "send", f"127.0.0.1:{port}", "--bytes", "50MB", "--json"],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        report = json.loads(out.stdout)
+        assert set(report) == {"start", "intervals", "end"}
+        assert report["end"]["sum_received"]["bytes"] == 50_000_000
+        assert report["end"]["fencepost"]["hashes_match"] is True
+        human = subprocess.run([str(BIN / "fencepost"), "send", f"127.0.0.1:{port}", "--time", "1s", "--interval", "0.25s"],
+                               capture_output=True, text=True, timeout=120)
+        assert human.returncode == 0, human.stderr
+        assert human.stdout.count("[  1]") >= 5 and "SHA-256 match" in human.stdout
+    finally:
+        server.send_signal(signal.SIGINT)
+        _, err = server.communicate(timeout=10)
+    assert server.returncode == 0 and "stopped" in err
+
+
+def test_send_to_a_killed_server_ends_with_a_clear_error_within_the_idle_timeout():
+    server, port = start_serve("--idle-timeout", "3s")
+    sender = subprocess.Popen([str(BIN / "fencepost"), "send", f"127.0.0.1:{port}", "--time", "60s", "--idle-timeout", "3s"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)
+    server.kill()  # SIGKILL: no FIN, no reset, the peer just vanishes
+    server.wait()
+    killed = time.monotonic()
+    _, err = sender.communicate(timeout=30)
+    took = time.monotonic() - killed
+    assert sender.returncode == 1, err
+    assert "timed out" in err and "127.0.0.1" in err, err
+    assert took < 3.0 + 2.0, f"the error came {took:.1f} s after the server died"
+
+
+def test_bad_arguments_name_the_option():
+    for args, needle in [(["send", "nowhere", "--bytes", "1MB"], "--target"),
+                         (["send", "127.0.0.1:1", "--bytes", "lots"], "--bytes"),
+                         (["send", "127.0.0.1:1"], "--bytes"),
+                         (["serve", "--listen", "127.0.0.1"], "--listen")]:
+        out = subprocess.run([str(BIN / "fencepost"), *args], capture_output=True, text=True, timeout=30)
+        assert out.returncode == 2 and needle in out.stderr, (args, out.stderr)
+
+
+def test_echo_bench_appends_results_by_condition(tmp_path):
+    server, port = start_serve("--echo")
+    results = tmp_path / "results.json"
+    try:
+        for _ in range(2):
+            out = subprocess.run([str(BIN / "fencepost"), "echo-bench", f"127.0.0.1:{port}", "--condition", "loopback",
+                                  "--messages", "100", "--results", str(results)], capture_output=True, text=True, timeout=120)
+            assert out.returncode == 0, out.stderr
+            assert "echo verified by SHA-256" in out.stdout
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.communicate(timeout=10)
+    data = json.loads(results.read_text())
+    assert list(data) == ["loopback"] and len(data["loopback"]) == 2
+    packets, seconds = data["loopback"][0]
+    assert packets >= 100 and seconds > 0.2
