@@ -67,10 +67,11 @@ def test_timeouts_and_errors_are_clear():
         port = listener.getsockname()[1]
         with pytest.raises(fencepost.FencepostError, match="already in use"):
             fencepost.listen(("127.0.0.1", port))
-        with fencepost.connect(listener.getsockname()) as s:
-            s.settimeout(0.3)
-            with pytest.raises(fencepost.Timeout):
-                s.recv(10)  # the listener never accepted, so nothing will come
+        s = fencepost.connect(listener.getsockname())
+        s.settimeout(0.3)
+        with pytest.raises(fencepost.Timeout):
+            s.recv(10)  # the listener never accepted, so nothing will come
+        s.close(timeout=0.5)
     finally:
         listener.close()
     silent = fencepost.listen(("127.0.0.1", 0))
@@ -191,3 +192,18 @@ def test_echo_bench_appends_results_by_condition(tmp_path):
     assert list(data) == ["loopback"] and len(data["loopback"]) == 2
     packets, seconds = data["loopback"][0]
     assert packets >= 100 and seconds > 0.2
+
+
+def test_blocking_recv_is_interruptible_by_ctrl_c():
+    listener = fencepost.listen(("127.0.0.1", 0))
+    try:
+        s = fencepost.connect(listener.getsockname())
+        timer = threading.Timer(0.5, signal.raise_signal, args=(signal.SIGINT,))
+        timer.start()
+        started = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            s.recv(10)  # nothing will ever arrive
+        assert time.monotonic() - started < 3
+        s.close(timeout=0.5)
+    finally:
+        listener.close()
