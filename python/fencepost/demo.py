@@ -152,6 +152,14 @@ def _by(summary: list[dict], **match) -> dict:
     raise KeyError(match)
 
 
+def _sweep(report: Report, experiment: Experiment, workers: Optional[int], progress: bool, label: str):
+    """Runs one experiment into the report's data folder (reusing finished runs); Ctrl-C stops the demo."""
+    outcome = run_sweep(experiment, out=report.out / "data" / experiment.name, workers=workers, progress=progress, label=label)
+    if outcome.interrupted:
+        raise KeyboardInterrupt
+    return outcome
+
+
 def sliding_fence(report: Report, profile: str, trials: int, workers: Optional[int], progress: bool) -> dict:
     experiment = Experiment(
         name=f"sliding-fence-{profile}",
@@ -161,9 +169,7 @@ def sliding_fence(report: Report, profile: str, trials: int, workers: Optional[i
         trials=trials,
         seed=1,
     )
-    outcome = run_sweep(experiment, out=report.out / "data" / experiment.name, workers=workers, progress=progress, label=f"runs ({profile} profile)")
-    if outcome.interrupted:
-        raise KeyboardInterrupt
+    outcome = _sweep(report, experiment, workers, progress, f"runs ({profile} profile)")
     summary = outcome.summary
     seed_profile = profile == "seed"
     columns = ["drop rate", "window packets", "fence packets", "fence saves", "window TTC (s)", "fence TTC (s)"]
@@ -241,9 +247,7 @@ def thermal(report: Report, trials: int, workers: Optional[int], progress: bool)
         trials=trials,
         seed=1,
     )
-    outcome = run_sweep(experiment, out=report.out / "data" / "thermal", workers=workers, progress=progress, label="runs (THERMAL)")
-    if outcome.interrupted:
-        raise KeyboardInterrupt
+    outcome = _sweep(report, experiment, workers, progress, "runs (THERMAL)")
     table = Table(
         f"(b) TCP THERMAL: link utilisation with and without congestion control (n={trials})",
         ["cc", "utilisation", "goodput (Mbit/s)", "retransmissions", "mean RTT (ms)"],
@@ -303,9 +307,7 @@ def notebook(report: Report, trials: int, workers: Optional[int], progress: bool
         trials=trials,
         seed=1,
     )
-    outcome = run_sweep(experiment, out=report.out / "data" / "notebook", workers=workers, progress=progress, label="runs (notebook)")
-    if outcome.interrupted:
-        raise KeyboardInterrupt
+    outcome = _sweep(report, experiment, workers, progress, "runs (notebook)")
     table = Table(
         f"(c) Congestion-control notebook: one sender for 60 s, {trace_note}, 88 ms, 26400-byte queue (n={trials})",
         ["strategy", "total acks", "duplicate acks", "% duplicate", "throughput (bytes/s)", "average RTT (ms)"],
