@@ -95,3 +95,16 @@ def test_console_script_is_installed():
     proc = subprocess.run([str(exe), "sim", "--bytes", "10kB", "--json"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["integrity_ok"] is True
+
+
+def test_a_long_run_is_interrupted_by_ctrl_c():
+    import signal
+    import threading
+    import time
+
+    timer = threading.Timer(0.3, signal.raise_signal, args=(signal.SIGINT,))
+    timer.start()
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        sim.run(bytes="20GB", rate="1gbit", delay="1ms")  # tens of seconds of work
+    assert time.monotonic() - started < 3

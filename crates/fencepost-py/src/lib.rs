@@ -10,6 +10,8 @@ use fencepost_sim::{Scenario, Simulation};
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
 /// Runs one simulated scenario given as (option, value) pairs; returns the report as JSON.
 /// With `events`, writes the per-packet event log there as JSON lines.
@@ -20,19 +22,56 @@ use std::path::PathBuf;
 fn simulate(py: Python<'_>, options: Vec<(String, String)>, events: Option<PathBuf>, hash_thread: bool) -> PyResult<String> {
     let scenario = Scenario::from_options(options.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .map_err(|e| PyValueError::new_err((e.option, e.message)))?;
+    let cancel = Arc::new(AtomicBool::new(false));
+    let sim = Simulation::new(scenario.clone()).cancel_on(cancel.clone());
     let Some(path) = events else {
-        let report = py.detach(move || {
-            let sim = Simulation::new(scenario);
-            if hash_thread { sim.run() } else { sim.hash_inline().run() }
-        });
+        let sim = if hash_thread { sim } else { sim.hash_inline() };
+        let report = run_interruptible(py, &cancel, move || sim.run())?;
         return Ok(report.to_json());
     };
     let header = serde_json::json!({"name": "fencepost:run_started", "format": "fencepost-events/1", "options": scenario.options});
     let writer = JsonlWriter::create(&path, header)
         .map_err(|e| PyValueError::new_err(("events".to_string(), format!("cannot write {}: {e}", path.display()))))?;
-    let (report, recorded) = py.detach(move || Simulation::new(scenario).with_trace(Box::new(writer)).run_traced());
+    let sim = sim.with_trace(Box::new(writer)).cancel_on(cancel.clone());
+    let (report, recorded) = run_interruptible(py, &cancel, move || sim.run_traced())?;
     recorded.map_err(|e| PyOSError::new_err(format!("writing the event log {}: {e}", path.display())))?;
     Ok(report.to_json())
+}
+
+/// Runs `job` on a helper thread with the GIL released, checking for Ctrl-C every
+/// 100 ms; on Ctrl-C sets `cancel`, waits for the run to stop and raises KeyboardInterrupt.
+fn run_interruptible<T: Send + 'static>(py: Python<'_>, cancel: &AtomicBool, job: impl FnOnce() -> T + Send + 'static) -> PyResult<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    // Shared with the GIL-free waits below, which need a `Sync` receiver.
+    let rx = std::sync::Mutex::new(rx);
+    let wait = |timeout: Option<std::time::Duration>| {
+        let rx = rx.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        match timeout {
+            Some(t) => rx.recv_timeout(t),
+            None => rx.recv().map_err(|_| std::sync::mpsc::RecvTimeoutError::Disconnected),
+        }
+    };
+    std::thread::Builder::new()
+        .name("fencepost-sim".into())
+        .spawn(move || {
+            let _ = tx.send(job());
+        })
+        .map_err(|e| PyOSError::new_err(format!("cannot start the simulation thread: {e}")))?;
+    loop {
+        match py.detach(|| wait(Some(std::time::Duration::from_millis(100)))) {
+            Ok(result) => return Ok(result),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                if let Err(interrupt) = py.check_signals() {
+                    cancel.store(true, std::sync::atomic::Ordering::Relaxed);
+                    let _ = py.detach(|| wait(None));
+                    return Err(interrupt);
+                }
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(PyOSError::new_err("the simulation thread failed"));
+            }
+        }
+    }
 }
 
 /// A mahimahi trace as text: `constant` or `poisson` at `bits_per_second`, `duration_ms` long (poisson).

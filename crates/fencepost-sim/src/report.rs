@@ -32,7 +32,8 @@ impl From<LinkStats> for LinkReport {
 /// the workload completed (or when the run ended, if it did not).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SimReport {
-    /// `ok`, `timeout` (idle timeout fired), `reset`, `deadline` (the run hit `--timeout`), or `stalled`.
+    /// `ok`, `timeout` (idle timeout fired), `reset`, `deadline` (the run hit `--timeout`),
+    /// `cancelled` (interrupted), or `stalled`.
     pub status: String,
     pub error: Option<String>,
     /// Every byte arrived, in order, and its SHA-256 matches what was sent.

@@ -11,6 +11,8 @@ use fencepost_proto::{
 };
 use rand_core::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use crate::digest::{Stream, StreamDigests};
 use crate::pattern::BulkPattern;
 
@@ -44,7 +46,7 @@ pub enum Direction {
 }
 
 /// Receives per-packet trace events while a run goes on.
-pub trait TraceSink {
+pub trait TraceSink: Send {
     fn record(&mut self, role: Role, event: &TraceEvent);
     /// Drops and duplications on the links.
     fn record_link(&mut self, direction: Direction, event: &fencepost_link::LinkEvent) {
@@ -164,6 +166,7 @@ pub struct Simulation {
     /// Datagram buffers back from the links, reused to spare an allocation per packet.
     pool: Vec<Vec<u8>>,
     trace: Option<Box<dyn TraceSink>>,
+    cancel: Option<Arc<AtomicBool>>,
 }
 
 impl Simulation {
@@ -248,6 +251,7 @@ impl Simulation {
             buf: vec![0; 65_536],
             read_buf: vec![0; 65_536],
             pool: Vec::new(),
+            cancel: None,
             trace: None,
         }
     }
@@ -289,10 +293,21 @@ impl Simulation {
         self.run_inner().0
     }
 
+    /// Stops the run early (status `cancelled`) once `flag` is set, checked every few thousand steps.
+    pub fn cancel_on(mut self, flag: Arc<AtomicBool>) -> Simulation {
+        self.cancel = Some(flag);
+        self
+    }
+
     fn run_inner(mut self) -> (SimReport, Option<Box<dyn TraceSink>>) {
         let deadline = self.now + self.scenario.timeout;
         let mut steps_here = 0u32;
+        let mut steps = 0u64;
         let (status, error) = loop {
+            steps += 1;
+            if steps % 4096 == 0 && self.cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed)) {
+                break ("cancelled".to_string(), Some(format!("cancelled at {:.6} s", self.now.as_secs_f64())));
+            }
             self.step();
             if let Some(end) = self.finished() {
                 break end;
