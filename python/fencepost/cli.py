@@ -195,6 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="fencepost",
         description="fencepost: a sliding-fence transport over UDP and a lab for lossy networks.",
     )
+    from . import _core
+
+    parser.add_argument("--version", action="version", version=f"fencepost {_core.__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
     _add_sim_parser(subparsers)
