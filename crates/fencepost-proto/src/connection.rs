@@ -353,10 +353,6 @@ impl Connection {
     pub fn send_capacity(&self) -> usize {
         if self.disassembler.fin_requested() { 0 } else { self.disassembler.free_space() }
     }
-    /// Nothing written is left unsent or unacknowledged.
-    pub fn all_acked(&self) -> bool {
-        !self.disassembler.has_outstanding() && !self.disassembler.has_new()
-    }
     pub fn readable_len(&self) -> usize {
         self.assembler.readable_len()
     }
@@ -365,10 +361,7 @@ impl Connection {
     pub fn wants_transmit(&self) -> bool {
         self.ack_now || self.handshake_due || self.keepalive_due || self.reset_due.is_some() || self.pending_copy.is_some()
     }
-    /// The peer finished its stream and everything before its FIN arrived.
-    pub fn peer_finished(&self) -> bool {
-        self.assembler.is_finished()
-    }
+
     /// Takes the trace events recorded since the last call.
     pub fn drain_trace(&mut self) -> Vec<TraceEvent> {
         std::mem::take(&mut self.trace)
@@ -839,10 +832,11 @@ impl Connection {
             }
         } else if duplicate {
             self.duplicate_acks += 1;
-            if self.duplicate_acks as u64 == self.reorder_threshold && self.window_recovery_point.is_none() {
-                if self.resend_first_hole(now, LossTrigger::DuplicateAcks) {
-                    self.window_recovery_point = Some(self.disassembler.next_seq());
-                }
+            if self.duplicate_acks as u64 == self.reorder_threshold
+                && self.window_recovery_point.is_none()
+                && self.resend_first_hole(now, LossTrigger::DuplicateAcks)
+            {
+                self.window_recovery_point = Some(self.disassembler.next_seq());
             }
         }
     }

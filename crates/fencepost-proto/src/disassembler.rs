@@ -172,11 +172,6 @@ impl Disassembler {
             .filter(|s| s.transmissions > 0)
             .map(|s| s.last_sent)
     }
-    pub fn transmissions(&self, seq: u64) -> u32 {
-        seq.checked_sub(self.seg_base)
-            .and_then(|i| self.segments.get(i as usize))
-            .map_or(0, |s| s.transmissions)
-    }
 
     // ---- commands from the application ----
 

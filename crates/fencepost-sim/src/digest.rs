@@ -67,6 +67,9 @@ impl Hashers {
     }
 }
 
+/// The helper thread: where jobs go, and what it returns (the two digests).
+type Worker = (SyncSender<Job>, JoinHandle<[[u8; 32]; 2]>);
+
 pub struct StreamDigests {
     pending: [Vec<u8>; 2],
     /// The receive batch: a buffer kept at full length (zeroed once) and how much of it holds data.
@@ -74,7 +77,7 @@ pub struct StreamDigests {
     received: usize,
     /// Sent pattern bytes not yet handed to the hasher.
     pending_pattern: u64,
-    worker: Option<(SyncSender<Job>, JoinHandle<[[u8; 32]; 2]>)>,
+    worker: Option<Worker>,
     /// Used when there is no helper thread.
     inline: Option<Hashers>,
 }

@@ -274,13 +274,6 @@ impl Simulation {
         Simulation { trace: Some(sink), ..rebuilt }
     }
 
-    pub fn link_up_mut(&mut self) -> &mut Link<Vec<u8>> {
-        &mut self.up
-    }
-    pub fn link_down_mut(&mut self) -> &mut Link<Vec<u8>> {
-        &mut self.down
-    }
-
     /// Runs to the end and closes the trace sink, reporting a failure to record.
     pub fn run_traced(self) -> (SimReport, std::io::Result<()>) {
         let (report, sink) = self.run_inner();
