@@ -207,3 +207,34 @@ def test_blocking_recv_is_interruptible_by_ctrl_c():
         s.close(timeout=0.5)
     finally:
         listener.close()
+
+
+def test_asyncio_serves_many_connections_at_once():
+    async def main():
+        async def echo(reader, writer):
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+            writer.close()
+            await writer.wait_closed()
+
+        server = await fencepost.start_server(echo, "127.0.0.1", 0)
+        host, port = server.address
+
+        async def client(i):
+            reader, writer = await fencepost.open_connection(host, port)
+            payload = bytes([i % 251]) * (2000 + 17 * i)
+            writer.write(payload)
+            await writer.drain()
+            writer.write_eof()
+            got = await reader.read()
+            writer.close()
+            await writer.wait_closed()
+            return got == payload
+
+        results = await asyncio.gather(*(client(i) for i in range(100)))
+        server.close()
+        await server.wait_closed()
+        return results
+
+    assert all(asyncio.run(asyncio.wait_for(main(), 120)))

@@ -7,15 +7,13 @@
 
 Blocking calls release the GIL and stay interruptible by Ctrl-C. Transport
 options (``profile``, ``arq``, ``cc``, ``packet_size``, ``idle_timeout``) are
-the ``fencepost sim`` ones. The asyncio API runs the same native calls on a
-thread pool, so it works in any event loop.
+the ``fencepost sim`` ones. The asyncio API awaits the native futures directly
+(they run on fencepost's tokio runtime and resolve in the caller's event loop).
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import functools
 from typing import Any, Awaitable, Callable, Optional, Tuple
 
 from . import _core
@@ -103,7 +101,7 @@ class Socket:
         self._check_open()
         if bufsize <= 0:
             return b""
-        return bytes(_call(self._conn.recv, bufsize, self._timeout))
+        return _call(self._conn.recv, bufsize, self._timeout)
 
     def shutdown_write(self) -> None:
         """Finishes this side's stream (like ``shutdown(SHUT_WR)``); reading goes on."""
@@ -202,19 +200,13 @@ def listen(address: Address, **options: Any) -> Listener:
 
 # ---- asyncio ----
 
-_POOL: Optional[concurrent.futures.ThreadPoolExecutor] = None
 
-
-def _pool() -> concurrent.futures.ThreadPoolExecutor:
-    # Blocking native calls wait with the GIL released; one thread per waiting call.
-    global _POOL
-    if _POOL is None:
-        _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=512, thread_name_prefix="fencepost-asyncio")
-    return _POOL
-
-
-async def _run(fn: Callable, *args: Any) -> Any:
-    return await asyncio.get_running_loop().run_in_executor(_pool(), functools.partial(fn, *args))
+async def _await(awaitable: Awaitable) -> Any:
+    """Awaits a native awaitable (run on fencepost's tokio runtime), with fencepost's exceptions."""
+    try:
+        return await awaitable
+    except (OSError, ValueError) as exc:
+        raise _translate(exc) from None
 
 
 class StreamReader:
@@ -226,7 +218,7 @@ class StreamReader:
         self._eof = False
 
     async def _fill(self, n: int) -> None:
-        data = await _run(self._sock.recv, max(n, 65536))
+        data = await _await(self._sock._conn.recv_async(max(n, 65536)))
         if data:
             self._buffer += data
         else:
@@ -274,7 +266,7 @@ class StreamWriter:
 
     async def drain(self) -> None:
         while self._pending:
-            await _run(self._sock.sendall, self._pending.pop(0))
+            await _await(self._sock._conn.sendall_async(self._pending.pop(0)))
 
     def write_eof(self) -> None:
         self._sock.shutdown_write()
@@ -289,13 +281,18 @@ class StreamWriter:
 
     def close(self) -> None:
         if self._closed is None:
-            loop = asyncio.get_running_loop()
+            self._closed = asyncio.get_running_loop().create_task(self._finish())
 
-            async def finish() -> None:
-                await self.drain()
-                await _run(self._sock.close)
-
-            self._closed = loop.create_task(finish())
+    async def _finish(self, timeout: float = 10.0) -> None:
+        await self.drain()
+        try:
+            await asyncio.wait_for(_await(self._sock._conn.close_async()), timeout)
+        except asyncio.TimeoutError:
+            pass  # the close goes on in the background
+        finally:
+            self._sock._closed = True
+            if self._sock._endpoint is not None:
+                self._sock._endpoint.shutdown()
 
     def is_closing(self) -> bool:
         return self._closed is not None
@@ -305,9 +302,17 @@ class StreamWriter:
             await self._closed
 
 
-async def open_connection(host: str, port: int, **options: Any) -> Tuple[StreamReader, StreamWriter]:
+async def open_connection(host: str, port: int, connect_timeout: float = 10.0, **options: Any) -> Tuple[StreamReader, StreamWriter]:
     """Connects and returns ``(reader, writer)`` like ``asyncio.open_connection``."""
-    sock = await _run(functools.partial(connect, (host, port), **options))
+    _check_address((host, port), "address")
+    bind_host = "::" if ":" in host else "0.0.0.0"
+    endpoint = _call(_core.Endpoint.bind, bind_host, 0, False, _options(options), connect_timeout)
+    try:
+        native = await _await(endpoint.connect_async(host, port))
+    except BaseException:
+        endpoint.shutdown()
+        raise
+    sock = Socket(native, endpoint)
     return StreamReader(sock), StreamWriter(sock)
 
 
@@ -319,7 +324,6 @@ class Server:
         self._callback = callback
         self._loop = loop
         self._tasks: set = set()
-        self._listener.settimeout(0.2)
         self._accepting = loop.create_task(self._accept_loop())
 
     @property
@@ -327,15 +331,11 @@ class Server:
         return self._listener.getsockname()
 
     async def _accept_loop(self) -> None:
-        while not self._listener._closed:
-            try:
-                sock, _ = await _run(self._listener.accept)
-            except Timeout:
-                continue
-            except FencepostError:
-                if self._listener._closed:
-                    return
-                raise
+        while True:
+            native = await _await(self._listener._endpoint.accept_async())
+            if native is None:  # the listener was closed
+                return
+            sock = Socket(native)
             task = self._loop.create_task(self._callback(StreamReader(sock), StreamWriter(sock)))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -344,10 +344,7 @@ class Server:
         self._listener.close()
 
     async def wait_closed(self) -> None:
-        try:
-            await self._accepting
-        except asyncio.CancelledError:
-            pass
+        await self._accepting
 
     async def serve_forever(self) -> None:
         await self._accepting
@@ -363,7 +360,7 @@ class Server:
 async def start_server(client_connected_cb: Callable[[StreamReader, StreamWriter], Awaitable[None]], host: str, port: int, **options: Any) -> Server:
     """Serves fencepost connections, calling ``client_connected_cb(reader, writer)``
     for each, like ``asyncio.start_server``."""
-    listener = await _run(functools.partial(listen, (host, port), **options))
+    listener = listen((host, port), **options)
     return Server(listener, client_connected_cb, asyncio.get_running_loop())
 
 

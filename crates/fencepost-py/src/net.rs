@@ -6,6 +6,7 @@ use fencepost_net::{Connection, Endpoint, EndpointConfig, NetError};
 use fencepost_sim::scenario::transport_from_options;
 use pyo3::exceptions::{PyConnectionError, PyOSError, PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::PyBytes;
 use std::future::Future;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::mpsc;
@@ -14,14 +15,19 @@ use std::time::{Duration, Instant};
 use tokio::runtime::Runtime;
 
 fn runtime() -> &'static Runtime {
-    static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+    static RUNTIME: OnceLock<&'static Runtime> = OnceLock::new();
     RUNTIME.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("fencepost-net")
-            .enable_all()
-            .build()
-            .expect("a tokio runtime starts")
+        // Lives for the whole process: blocking calls and asyncio awaitables share it.
+        let rt: &'static Runtime = Box::leak(Box::new(
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("fencepost-net")
+                .enable_all()
+                .build()
+                .expect("a tokio runtime starts"),
+        ));
+        let _ = pyo3_async_runtimes::tokio::init_with_runtime(rt);
+        rt
     })
 }
 
@@ -153,6 +159,26 @@ impl PyEndpoint {
         Ok(PyConnection { inner: Arc::new(conn) })
     }
 
+    /// asyncio: opens a connection.
+    fn connect_async<'py>(&self, py: Python<'py>, host: &str, port: u16) -> PyResult<Bound<'py, PyAny>> {
+        let addr = resolve(host, port)?;
+        let endpoint = self.inner.clone();
+        runtime();
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let conn = endpoint.connect(addr).await.map_err(net_error)?;
+            Ok(PyConnection { inner: Arc::new(conn) })
+        })
+    }
+
+    /// asyncio: the next incoming connection, or None once the endpoint stopped.
+    fn accept_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let endpoint = self.inner.clone();
+        runtime();
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            Ok(endpoint.accept().await.map(|c| PyConnection { inner: Arc::new(c) }))
+        })
+    }
+
     /// The next incoming connection; None if `timeout` passes first or the endpoint stopped.
     #[pyo3(signature = (timeout=None))]
     fn accept(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<PyConnection>> {
@@ -222,10 +248,10 @@ impl PyConnection {
 
     /// Up to `size` bytes; b"" once the peer finished its stream.
     #[pyo3(signature = (size, timeout=None))]
-    fn recv(&self, py: Python<'_>, size: usize, timeout: Option<f64>) -> PyResult<Vec<u8>> {
+    fn recv<'py>(&self, py: Python<'py>, size: usize, timeout: Option<f64>) -> PyResult<Bound<'py, PyBytes>> {
         let conn = self.inner.clone();
         let mut buf = vec![0u8; size.max(1)];
-        block_on(
+        let data = block_on(
             py,
             async move {
                 let n = conn.recv(&mut buf).await?;
@@ -235,7 +261,40 @@ impl PyConnection {
             timeout,
             "recv",
         )?
-        .map_err(io_error)
+        .map_err(io_error)?;
+        Ok(PyBytes::new(py, &data))
+    }
+
+    /// asyncio: up to `size` bytes (b"" at the end of the peer's stream).
+    fn recv_async<'py>(&self, py: Python<'py>, size: usize) -> PyResult<Bound<'py, PyAny>> {
+        let conn = self.inner.clone();
+        runtime();
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let mut buf = vec![0u8; size.max(1)];
+            let n = conn.recv(&mut buf).await.map_err(io_error)?;
+            Ok(Python::attach(|py| PyBytes::new(py, &buf[..n]).unbind()))
+        })
+    }
+
+    /// asyncio: queues all of `data`.
+    fn sendall_async<'py>(&self, py: Python<'py>, data: Vec<u8>) -> PyResult<Bound<'py, PyAny>> {
+        let conn = self.inner.clone();
+        runtime();
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let mut rest = &data[..];
+            while !rest.is_empty() {
+                let n = conn.send(rest).await.map_err(io_error)?;
+                rest = &rest[n..];
+            }
+            Ok(())
+        })
+    }
+
+    /// asyncio: finishes and waits until both sides finished.
+    fn close_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let conn = self.inner.clone();
+        runtime();
+        pyo3_async_runtimes::tokio::future_into_py(py, async move { conn.close().await.map_err(net_error) })
     }
 
     /// Finishes this side's stream; the peer reads end-of-stream after the data.
