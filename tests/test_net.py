@@ -238,3 +238,29 @@ def test_asyncio_serves_many_connections_at_once():
         return results
 
     assert all(asyncio.run(asyncio.wait_for(main(), 120)))
+
+
+def test_two_hundred_concurrent_connections_to_one_serve_echo():
+    server, port = start_serve("--echo")
+    try:
+        async def client(i):
+            reader, writer = await fencepost.open_connection("127.0.0.1", port)
+            payload = os.urandom(1000 + 13 * i)
+            writer.write(payload)
+            await writer.drain()
+            writer.write_eof()
+            got = await reader.read()
+            writer.close()
+            await writer.wait_closed()
+            return got == payload
+
+        async def main():
+            return await asyncio.gather(*(client(i) for i in range(200)))
+
+        results = asyncio.run(asyncio.wait_for(main(), 120))
+        assert sum(results) == 200
+    finally:
+        server.send_signal(signal.SIGINT)
+        out, err = server.communicate(timeout=20)
+    lines = [l for l in out.splitlines() if "echo:" in l]
+    assert len(lines) == 200 and all(l.endswith("; ok") for l in lines), out[-2000:]
