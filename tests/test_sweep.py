@@ -119,7 +119,7 @@ def test_summary_statistics():
 
 def test_ctrl_c_keeps_finished_rows_and_a_rerun_finishes(tmp_path):
     out = tmp_path / "interrupted"
-    args = [FENCEPOST, "sweep", "--bytes", "15MB", "--loss", "1%,2%,3%,4%,5%,6%", "--trials", "2", "--workers", "2", "--out", str(out), "--quiet"]
+    args = [FENCEPOST, "sweep", "--bytes", "300MB", "--loss", "1%,2%,3%,4%,5%,6%", "--trials", "2", "--workers", "2", "--out", str(out), "--quiet"]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     runs = out / "runs.jsonl"
     deadline = time.monotonic() + 60
