@@ -135,3 +135,11 @@ def test_ctrl_c_keeps_finished_rows_and_a_rerun_finishes(tmp_path):
     assert rerun.returncode == 0, rerun.stderr
     assert f"{12 - done} runs done now, {done} already" in rerun.stdout
     assert len(runs.read_text().splitlines()) == 12
+
+
+def test_parallel_sweep_works_from_a_script_on_stdin():
+    # Worker processes must not need to re-import __main__ (there is none here).
+    script = "import fencepost\ndf = fencepost.sweep({'loss': ['10%', '20%']}, trials=2, fixed={'bytes': '20kB'}, workers=2)\nprint(len(df))\n"
+    out = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "4"

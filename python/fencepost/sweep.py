@@ -408,7 +408,10 @@ def run_sweep(
                 for task in todo:
                     record(_run_task(task))
             else:
-                context = multiprocessing.get_context("spawn")
+                # fork: workers need nothing from __main__, so sweeps also work from
+                # `python -` and notebooks; the runs share no threads with the parent.
+                method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+                context = multiprocessing.get_context(method)
                 pool = context.Pool(workers, initializer=_ignore_sigint)
                 try:
                     for result in pool.imap_unordered(_run_task, todo):
