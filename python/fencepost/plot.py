@@ -42,6 +42,20 @@ CONDITION_AXES = {
 _UNIT_SCALE = {"%": 1.0, "ms": 1.0, "us": 1e-3, "s": 1e3, "mbit": 1.0, "kbit": 1e-3, "gbit": 1e3, "bit": 1e-6}
 
 
+def _figure(size=(8, 4)):
+    fig = Figure(figsize=size, layout="constrained")
+    return fig, fig.add_subplot()
+
+
+def _finish(ax, title: str, xlabel: str, ylabel: str, legend_at: str = "best", markerscale: float = 1.0) -> None:
+    """Every plot gets a title, labelled axes, a light grid and a legend."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc=legend_at, fontsize="small", markerscale=markerscale)
+
+
 def condition_value(text: Any) -> float:
     """A condition as a number for the x axis: ``"10%"`` → 10, ``"0.1"`` (loss) → 10 is
     not guessed; ``"20ms"`` → 20, ``"50mbit"`` → 50."""
@@ -70,8 +84,7 @@ def metric_vs_condition(
     figures: ``{label: {x_value: y}}``."""
     rows = summary.to_dict("records") if hasattr(summary, "to_dict") else list(summary)
     label, scale = METRIC_AXES.get(metric, (metric.replace("_", " "), 1.0))
-    fig = Figure(figsize=(7, 4.2), layout="constrained")
-    ax = fig.add_subplot()
+    fig, ax = _figure((7, 4.2))
     variants = sorted({r[variant] for r in rows}) if variant else [None]
     all_x = [condition_value(r[x]) for r in rows]
     # Nudge the variants apart a little so their confidence bars do not overlap.
@@ -89,11 +102,7 @@ def metric_vs_condition(
     for ref_label, series in (reference or {}).items():
         pts = sorted((condition_value(k), val * scale) for k, val in series.items())
         ax.plot([p[0] for p in pts], [p[1] for p in pts], linestyle="--", marker=".", alpha=0.7, label=ref_label)
-    ax.set_xlabel(xlabel or CONDITION_AXES.get(x, x))
-    ax.set_ylabel(ylabel or label)
-    ax.set_title(title or f"{label} vs {CONDITION_AXES.get(x, x)}")
-    ax.grid(True, alpha=0.3)
-    ax.legend(loc="best", fontsize="small")
+    _finish(ax, title or f"{label} vs {CONDITION_AXES.get(x, x)}", xlabel or CONDITION_AXES.get(x, x), ylabel or label)
     return fig
 
 
@@ -123,19 +132,14 @@ def time_sequence(events, side: str = "client", title: Optional[str] = None, sta
     first = sent[~sent["is_retransmission"].astype(bool)]
     again = sent[sent["is_retransmission"].astype(bool)]
     acks = _where(df, side=side, name="fencepost:ack_received")
-    fig = Figure(figsize=(8, 4.5), layout="constrained")
-    ax = fig.add_subplot()
+    fig, ax = _figure((8, 4.5))
     ax.scatter(first["time"], first["packet_number"], s=6, marker=".", color="tab:blue", label="first transmission")
     ax.scatter(again["time"], again["packet_number"], s=18, marker="x", color="tab:red", label="retransmission")
     if len(acks):
         # Acks can arrive out of order; the sender keeps the furthest fence it has seen.
         ax.step(acks["time"], acks["fence_base"].cummax(), where="post", color="tab:green", linewidth=1.2, label="fence base (all below held)")
         ax.step(acks["time"], acks["fence_top"].cummax(), where="post", color="tab:olive", linewidth=0.8, alpha=0.8, label="fence top (highest held)")
-    ax.set_xlabel("time (s)")
-    ax.set_ylabel("sequence number (packets)")
-    ax.set_title(title or f"time-sequence, {side}")
-    ax.grid(True, alpha=0.3)
-    ax.legend(loc="upper left", fontsize="small", markerscale=2)
+    _finish(ax, title or f"time-sequence, {side}", "time (s)", "sequence number (packets)", "upper left", 2)
     return fig
 
 
@@ -151,32 +155,22 @@ def congestion_window(events, side: str = "client", title: Optional[str] = None,
     ``packet_bytes`` is given, else in kilobytes)."""
     df = _window(_where(_events(events), side=side, name="recovery:metrics_updated"), start, end)
     scale, unit = (1.0 / packet_bytes, "packets") if packet_bytes else (1e-3, "kB")
-    fig = Figure(figsize=(8, 4), layout="constrained")
-    ax = fig.add_subplot()
+    fig, ax = _figure()
     ax.step(df["time"], df["congestion_window"] * scale, where="post", label="congestion window")
     if "ssthresh" in df and df["ssthresh"].notna().any():
         ax.step(df["time"], df["ssthresh"] * scale, where="post", linestyle="--", label="slow-start threshold")
     ax.step(df["time"], df["bytes_in_flight"] * scale, where="post", alpha=0.5, linewidth=0.8, label="in flight")
-    ax.set_xlabel("time (s)")
-    ax.set_ylabel(f"window ({unit})")
-    ax.set_title(title or f"congestion window, {side}")
-    ax.grid(True, alpha=0.3)
-    ax.legend(loc="upper right", fontsize="small")
+    _finish(ax, title or f"congestion window, {side}", "time (s)", f"window ({unit})", "upper right")
     return fig
 
 
 def rtt_over_time(events, side: str = "client", title: Optional[str] = None, start: float = 0.0, end: Optional[float] = None) -> Figure:
     """Latest RTT sample and smoothed RTT over time."""
     df = _window(_where(_events(events), side=side, name="recovery:metrics_updated"), start, end)
-    fig = Figure(figsize=(8, 4), layout="constrained")
-    ax = fig.add_subplot()
+    fig, ax = _figure()
     ax.plot(df["time"], df["latest_rtt"], ".", markersize=2, alpha=0.5, label="latest sample")
     ax.plot(df["time"], df["smoothed_rtt"], linewidth=1.2, label="smoothed (RFC 6298)")
-    ax.set_xlabel("time (s)")
-    ax.set_ylabel("round-trip time (ms)")
-    ax.set_title(title or f"RTT, {side}")
-    ax.grid(True, alpha=0.3)
-    ax.legend(loc="upper right", fontsize="small", markerscale=4)
+    _finish(ax, title or f"RTT, {side}", "time (s)", "round-trip time (ms)", "upper right", 4)
     return fig
 
 
@@ -184,14 +178,9 @@ def sequence_received(events, side: str = "server", title: Optional[str] = None,
     """When each sequence number arrived at the receiver (as in the congestion-control notebook)."""
     df = _window(_where(_events(events), side=side, name="transport:packet_received"), start, end)
     df = df[df["packet_type"] == "data"]
-    fig = Figure(figsize=(8, 4), layout="constrained")
-    ax = fig.add_subplot()
+    fig, ax = _figure()
     ax.scatter(df["time"], df["packet_number"], s=3, marker=".", label="data packet received")
-    ax.set_xlabel("time (s)")
-    ax.set_ylabel("sequence number (packets)")
-    ax.set_title(title or f"sequence numbers received, {side}")
-    ax.grid(True, alpha=0.3)
-    ax.legend(loc="upper left", fontsize="small", markerscale=4)
+    _finish(ax, title or f"sequence numbers received, {side}", "time (s)", "sequence number (packets)", "upper left", 4)
     return fig
 
 

@@ -125,6 +125,7 @@ pub struct LinkEvent {
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct LinkStats {
     pub offered: u64,
     pub lost: u64,

@@ -4,29 +4,6 @@ use fencepost_link::LinkStats;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct LinkReport {
-    pub offered: u64,
-    pub lost: u64,
-    pub queue_dropped: u64,
-    pub duplicated: u64,
-    pub delivered: u64,
-    pub bytes_delivered: u64,
-}
-
-impl From<LinkStats> for LinkReport {
-    fn from(s: LinkStats) -> Self {
-        LinkReport {
-            offered: s.offered,
-            lost: s.lost,
-            queue_dropped: s.queue_dropped,
-            duplicated: s.duplicated,
-            delivered: s.delivered,
-            bytes_delivered: s.bytes_delivered,
-        }
-    }
-}
-
 /// The result of one run. "Sending side" is the client: the bulk sender, or the
 /// echo client whose packets the seed article counted. Counters are taken when
 /// the workload completed (or when the run ended, if it did not).
@@ -72,8 +49,8 @@ pub struct SimReport {
     pub rtt_p95_ms: Option<f64>,
     /// Packets the links dropped in both directions (random loss plus queue overflow).
     pub link_drops: u64,
-    pub link_up: LinkReport,
-    pub link_down: LinkReport,
+    pub link_up: LinkStats,
+    pub link_down: LinkStats,
     /// Virtual seconds when the run stopped (after the close, or at the error).
     pub end_s: f64,
     /// Bytes an application read that differ from what was sent, checked as they were read. Always 0.

@@ -3,7 +3,7 @@
 //! endpoint, link or application; nothing ever sleeps. Every random choice
 //! derives from the scenario's seed, so a run is reproducible bit for bit.
 
-use crate::report::{rtt_summary, LinkReport, SimReport};
+use crate::report::{rtt_summary, SimReport};
 use crate::scenario::{Scenario, Workload};
 use fencepost_link::Link;
 use fencepost_proto::{
@@ -636,8 +636,8 @@ impl Simulation {
         let c = &self.outcome.client_stats;
         let s = &self.outcome.server_stats;
         let (rtt_mean_ms, rtt_p95_ms) = rtt_summary(&self.outcome.rtt_samples);
-        let up = LinkReport::from(self.up.stats());
-        let down = LinkReport::from(self.down.stats());
+        let up = self.up.stats();
+        let down = self.down.stats();
         let t = &self.scenario.transport;
         SimReport {
             status,
