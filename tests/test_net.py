@@ -209,6 +209,18 @@ def test_blocking_recv_is_interruptible_by_ctrl_c():
         listener.close()
 
 
+async def echo_round_trip(host, port, payload):
+    """One asyncio client: send `payload`, finish, read everything back."""
+    reader, writer = await fencepost.open_connection(host, port)
+    writer.write(payload)
+    await writer.drain()
+    writer.write_eof()
+    got = await reader.read()
+    writer.close()
+    await writer.wait_closed()
+    return got == payload
+
+
 def test_asyncio_serves_many_connections_at_once():
     async def main():
         async def echo(reader, writer):
@@ -221,18 +233,7 @@ def test_asyncio_serves_many_connections_at_once():
         server = await fencepost.start_server(echo, "127.0.0.1", 0)
         host, port = server.address
 
-        async def client(i):
-            reader, writer = await fencepost.open_connection(host, port)
-            payload = bytes([i % 251]) * (2000 + 17 * i)
-            writer.write(payload)
-            await writer.drain()
-            writer.write_eof()
-            got = await reader.read()
-            writer.close()
-            await writer.wait_closed()
-            return got == payload
-
-        results = await asyncio.gather(*(client(i) for i in range(100)))
+        results = await asyncio.gather(*(echo_round_trip(host, port, bytes([i % 251]) * (2000 + 17 * i)) for i in range(100)))
         server.close()
         await server.wait_closed()
         return results
@@ -243,19 +244,8 @@ def test_asyncio_serves_many_connections_at_once():
 def test_two_hundred_concurrent_connections_to_one_serve_echo():
     server, port = start_serve("--echo")
     try:
-        async def client(i):
-            reader, writer = await fencepost.open_connection("127.0.0.1", port)
-            payload = os.urandom(1000 + 13 * i)
-            writer.write(payload)
-            await writer.drain()
-            writer.write_eof()
-            got = await reader.read()
-            writer.close()
-            await writer.wait_closed()
-            return got == payload
-
         async def main():
-            return await asyncio.gather(*(client(i) for i in range(200)))
+            return await asyncio.gather(*(echo_round_trip("127.0.0.1", port, os.urandom(1000 + 13 * i)) for i in range(200)))
 
         results = asyncio.run(asyncio.wait_for(main(), 120))
         assert sum(results) == 200

@@ -167,6 +167,7 @@ pub struct Simulation {
     pool: Vec<Vec<u8>>,
     trace: Option<Box<dyn TraceSink>>,
     cancel: Option<Arc<AtomicBool>>,
+    hash_thread: bool,
 }
 
 impl Simulation {
@@ -231,7 +232,9 @@ impl Simulation {
             client_conn,
             server_conn: None,
             app,
-            digests: StreamDigests::new(bulk_pattern.clone()),
+            // Inline until the run starts: `run` moves hashing to a helper thread unless `hash_inline` was asked for.
+            digests: StreamDigests::inline(bulk_pattern.clone()),
+            hash_thread: true,
             bytes_expected,
             server_received: 0,
             server_backlog: Vec::new(),
@@ -259,7 +262,7 @@ impl Simulation {
     /// Hashes on the simulation's own thread: for runs that already share the
     /// machine's cores with other runs (sweeps), a helper thread only adds contention.
     pub fn hash_inline(mut self) -> Simulation {
-        self.digests = StreamDigests::inline(self.bulk_pattern());
+        self.hash_thread = false;
         self
     }
 
@@ -293,6 +296,9 @@ impl Simulation {
     }
 
     fn run_inner(mut self) -> (SimReport, Option<Box<dyn TraceSink>>) {
+        if self.hash_thread {
+            self.digests = StreamDigests::new(self.bulk_pattern());
+        }
         let deadline = self.now + self.scenario.timeout;
         let mut steps_here = 0u32;
         let mut steps = 0u64;
