@@ -3,6 +3,7 @@
 //! changed on top of a profile.
 
 use crate::congestion::{ControllerConfig, FixedConfig};
+use crate::protection::ProtectionConfig;
 use crate::redundancy::RedundancyConfig;
 use crate::time::Duration;
 use crate::wire::DATA_OVERHEAD;
@@ -101,6 +102,8 @@ pub struct TransportConfig {
     pub packet_per_write: bool,
     pub controller: ControllerConfig,
     pub redundancy: RedundancyConfig,
+    /// How packets after the handshake are sealed and opened.
+    pub protection: ProtectionConfig,
     /// Keep every RTT sample (for reports); off for long-lived connections.
     pub record_rtt_samples: bool,
     /// Record per-packet trace events (see [`crate::TraceEvent`]).
@@ -132,6 +135,7 @@ impl TransportConfig {
             packet_per_write: true,
             controller: ControllerConfig::Fixed(FixedConfig::default().window_packets(32)),
             redundancy: RedundancyConfig::None,
+            protection: ProtectionConfig::None,
             record_rtt_samples: true,
             trace: false,
         }
@@ -164,6 +168,7 @@ impl TransportConfig {
             // (choose Tahoe there). Tahoe collapses to one packet per RTO at 30 % loss.
             controller: ControllerConfig::Fixed(FixedConfig::default().window_packets(64).pace_by_rtt(true)),
             redundancy: RedundancyConfig::None,
+            protection: ProtectionConfig::None,
             record_rtt_samples: true,
             trace: false,
         }
@@ -176,9 +181,9 @@ impl TransportConfig {
         }
     }
 
-    /// Largest datagram this side sends with its own payload size.
+    /// Largest datagram this side sends with its own payload size (protection's tag included).
     pub fn max_datagram(&self) -> usize {
-        DATA_OVERHEAD + self.max_payload as usize
+        DATA_OVERHEAD + self.max_payload as usize + self.protection.overhead()
     }
 }
 

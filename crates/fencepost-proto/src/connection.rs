@@ -14,15 +14,16 @@
 
 use crate::assembler::{Arrival, Assembler};
 use crate::config::{Arq, FenceWidth, SendPolicy, TransportConfig};
-use crate::congestion::Controller;
+use crate::congestion::{AckBatch, Controller, DeliveryRateEstimator, RateSample};
 use crate::disassembler::{Acked, Disassembler, SegmentState};
+use crate::protection::PacketProtection;
 use crate::redundancy::Redundancy;
 use crate::rtt::RttEstimator;
 use crate::stats::ConnectionStats;
 use crate::time::{Duration, Instant};
 use crate::timer::{Timer, TimerTable};
 use crate::trace::{LossTrigger, TraceEvent};
-use crate::wire::{self, Ack, Body, Close, Handshake, HandshakePhase, Keepalive, Packet, PacketType, Reset, ResetReason};
+use crate::wire::{self, Ack, Body, Close, Handshake, HandshakePhase, Header, Keepalive, Packet, PacketType, Reset, ResetReason};
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
@@ -159,7 +160,12 @@ pub struct Connection {
     // ---- send side ----
     disassembler: Disassembler,
     controller: Box<dyn Controller>,
+    delivery: DeliveryRateEstimator,
+    latest_rate_sample: Option<RateSample>,
     redundancy: Box<dyn Redundancy>,
+    protection: Box<dyn PacketProtection>,
+    /// Room for a datagram opened by a protection that does not work in place.
+    open_scratch: Vec<u8>,
     rtt: RttEstimator,
     rtt_samples: Vec<u32>,
     /// min(our payload size, the peer's).
@@ -185,8 +191,6 @@ pub struct Connection {
     keepalive_due: bool,
     reset_due: Option<ResetReason>,
     tick: TickRound,
-    /// A datagram the redundancy stage wants repeated, and how many more times.
-    pending_copy: Option<(Vec<u8>, u32)>,
     last_sampled_echo: u32,
     write_blocked: bool,
 
@@ -239,9 +243,14 @@ impl Connection {
             stats: ConnectionStats::default(),
             error: None,
             trace: Vec::new(),
-            disassembler: Disassembler::new(config.send_buffer, config.packet_per_write, continuous),
+            disassembler: Disassembler::new(config.send_buffer, config.packet_per_write, continuous)
+                .with_protection_overhead(config.protection.overhead()),
             controller: config.controller.build(mss),
+            delivery: DeliveryRateEstimator::default(),
+            latest_rate_sample: None,
             redundancy: config.redundancy.build(),
+            protection: config.protection.build(side),
+            open_scratch: Vec::new(),
             rtt: RttEstimator::new(config.initial_rtt),
             rtt_samples: Vec::new(),
             payload_size: config.max_payload as usize,
@@ -261,7 +270,6 @@ impl Connection {
             keepalive_due: false,
             reset_due: None,
             tick: TickRound::default(),
-            pending_copy: None,
             last_sampled_echo: 0,
             write_blocked: false,
             advertised_edge: assembler.window() as u64,
@@ -331,6 +339,14 @@ impl Connection {
     pub fn bytes_in_flight(&self) -> u64 {
         self.disassembler.bytes_in_flight()
     }
+    /// The latest valid delivery-rate sample (draft-cheng-iccrg-delivery-rate-estimation).
+    pub fn latest_rate_sample(&self) -> Option<&RateSample> {
+        self.latest_rate_sample.as_ref()
+    }
+    /// Bytes the peer has acknowledged so far (wire bytes of data and FIN packets).
+    pub fn bytes_delivered(&self) -> u64 {
+        self.delivery.delivered()
+    }
     /// Payload bytes per data packet after the handshake settled on the smaller of both sides'.
     pub fn payload_size(&self) -> usize {
         self.payload_size
@@ -359,7 +375,7 @@ impl Connection {
     /// Something is due to be sent at once (an ack, a handshake, a probe): a driver
     /// that sleeps between inputs should call `poll_transmit` now.
     pub fn wants_transmit(&self) -> bool {
-        self.ack_now || self.handshake_due || self.keepalive_due || self.reset_due.is_some() || self.pending_copy.is_some()
+        self.ack_now || self.handshake_due || self.keepalive_due || self.reset_due.is_some() || self.redundancy.has_repair()
     }
 
     /// Takes the trace events recorded since the last call.
@@ -372,6 +388,23 @@ impl Connection {
     /// Handles one datagram addressed to this connection. Malformed, foreign and
     /// contradictory packets are counted in [`ConnectionStats`] and dropped.
     pub fn handle_datagram(&mut self, now: Instant, datagram: &[u8]) {
+        let Ok(header) = Header::peek(datagram) else {
+            self.stats.malformed_packets += 1;
+            return;
+        };
+        if header.packet_type == PacketType::Handshake {
+            return self.handle_plain_datagram(now, datagram);
+        }
+        let mut scratch = std::mem::take(&mut self.open_scratch);
+        match self.protection.open(datagram, &mut scratch) {
+            Ok(plain) => self.handle_plain_datagram(now, plain),
+            Err(_) => self.stats.unauthenticated_packets += 1,
+        }
+        self.open_scratch = scratch;
+    }
+
+    /// A datagram after packet protection opened it.
+    fn handle_plain_datagram(&mut self, now: Instant, datagram: &[u8]) {
         let packet = match Packet::parse(datagram) {
             Ok(p) => p,
             Err(_) => {
@@ -558,17 +591,17 @@ impl Connection {
         if matches!(self.state, State::Drained | State::Lost) {
             return None;
         }
-        if let Some((datagram, remaining)) = &mut self.pending_copy {
-            let size = datagram.len();
-            buf.get_mut(..size)?.copy_from_slice(datagram);
-            *remaining -= 1;
-            if *remaining == 0 {
-                self.pending_copy = None;
+        if self.redundancy.has_repair() {
+            let room = buf.len().saturating_sub(self.protection.overhead());
+            if let Some(len) = self.redundancy.poll_repair(now, &mut buf[..room]) {
+                let Ok(header) = Header::peek(&buf[..len]) else {
+                    // A stage that writes garbage is a bug in the stage; never send it.
+                    debug_assert!(false, "the redundancy stage wrote an unreadable packet");
+                    return None;
+                };
+                self.stats.redundant_packets_sent += 1;
+                return self.finish_datagram(now, buf, len, header.packet_type, None, false);
             }
-            self.stats.packets_sent += 1;
-            self.stats.bytes_sent += size as u64;
-            self.stats.redundant_packets_sent += 1;
-            return Some(Transmit { size, packet_type: PacketType::Data });
         }
         if self.handshake_due {
             self.handshake_due = false;
@@ -759,12 +792,15 @@ impl Connection {
         // the receiver had the original: the retransmission was spurious (RFC 8985 uses
         // DSACK for the same purpose).
         let echoed_sent = self.instant_of_timestamp(now, ack.echo_timestamp);
+        let mut newly_acked_bytes = 0u64;
         {
-            let Connection { disassembler, controller, rtt, .. } = self;
+            let Connection { disassembler, controller, rtt, delivery, .. } = self;
             let mut on_acked = |a: Acked| {
                 newly_acked += 1;
+                delivery.on_acked(now, &a.packet);
                 if a.was_in_flight {
-                    controller.on_ack(now, a.sent, a.bytes, rtt);
+                    newly_acked_bytes += a.bytes;
+                    controller.on_ack(now, &a.packet, rtt);
                 }
                 if a.transmissions > 1 && echoed_sent.is_some_and(|e| e < a.sent) {
                     spurious += 1;
@@ -801,12 +837,26 @@ impl Connection {
             self.stats.duplicate_acks_received += 1;
             self.controller.on_duplicate_ack(now);
         }
+        let lost_before = self.delivery.lost();
         if self.config.send_policy == SendPolicy::Continuous {
             match self.config.arq {
                 Arq::Fence => self.detect_losses(now),
                 Arq::Window => self.window_recovery(now, advanced, duplicate),
             }
         }
+        let sample = self.delivery.take_sample(self.rtt.min());
+        if sample.is_some() {
+            self.latest_rate_sample = sample;
+        }
+        let batch = AckBatch {
+            newly_acked: newly_acked_bytes,
+            newly_lost: self.delivery.lost() - lost_before,
+            bytes_in_flight: self.disassembler.bytes_in_flight(),
+            delivered: self.delivery.delivered(),
+            rate_sample: sample,
+            app_limited: self.delivery.is_app_limited(),
+        };
+        self.controller.on_ack_batch(now, &batch, &self.rtt);
         if newly_acked > 0 {
             self.trace_metrics(now);
         }
@@ -847,6 +897,7 @@ impl Connection {
         if !self.disassembler.mark_lost(seq) {
             return false;
         }
+        self.report_losses(now);
         let bytes = self.config.max_datagram() as u64;
         self.stats.packets_lost += 1;
         self.trace_loss(now, Some(seq), trigger, 1);
@@ -861,12 +912,23 @@ impl Connection {
         let rtt = self.rtt.get().max(self.rtt.latest());
         let loss_delay = rtt.mul_f64(self.time_threshold).max(Duration::from_millis(1));
         let losses = self.disassembler.detect_losses(now, self.reorder_threshold, loss_delay);
+        self.report_losses(now);
         self.timers.put(Timer::LossDetection, losses.next_check);
         if losses.packets > 0 {
             self.stats.packets_lost += losses.packets;
             self.trace_loss(now, None, LossTrigger::ReorderingThreshold, losses.packets);
             let sent = losses.earliest_sent.unwrap_or(now);
             self.congestion_event(now, sent, losses.bytes);
+        }
+    }
+
+    /// Hands the transmissions loss detection just gave up on to the delivery-rate
+    /// estimator and the controller.
+    fn report_losses(&mut self, now: Instant) {
+        let Connection { disassembler, controller, delivery, .. } = self;
+        for packet in disassembler.drain_lost() {
+            delivery.on_lost(packet.bytes);
+            controller.on_packet_lost(now, &packet);
         }
     }
 
@@ -892,6 +954,7 @@ impl Connection {
                     Arq::Fence => self.disassembler.on_probe_timeout(2),
                     Arq::Window => self.disassembler.on_retransmission_timeout(),
                 };
+                self.report_losses(now);
                 self.probe_budget = lost.min(2) as u32;
                 if lost > 0 {
                     self.stats.packets_lost += lost;
@@ -948,7 +1011,6 @@ impl Connection {
         }
         self.state = State::Lost;
         self.timers.stop_all();
-        self.pending_copy = None;
     }
 
     // ---- internals: sending ----
@@ -968,11 +1030,28 @@ impl Connection {
         if t == 0 { 1 } else { t }
     }
 
+    /// Writes a packet into `buf` and sends it through [`Connection::finish_datagram`].
     fn emit(&mut self, now: Instant, packet: &Packet<'_>, buf: &mut [u8], seq: Option<u64>, retransmission: bool) -> Option<Transmit> {
-        let size = packet.emit(buf).ok()?;
+        let room = buf.len().saturating_sub(self.protection.overhead());
+        let len = packet.emit(&mut buf[..room]).ok()?;
+        self.finish_datagram(now, buf, len, packet.packet_type(), seq, retransmission)
+    }
+
+    /// The one way out: every datagram this connection sends, of every type, is
+    /// written in `buf[..len]` and finished here, where packet protection seals it
+    /// (handshakes excepted) and the counters and the trace see it.
+    fn finish_datagram(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        len: usize,
+        packet_type: PacketType,
+        seq: Option<u64>,
+        retransmission: bool,
+    ) -> Option<Transmit> {
+        let size = if packet_type == PacketType::Handshake { len } else { self.protection.seal(buf, len).ok()? };
         self.stats.packets_sent += 1;
         self.stats.bytes_sent += size as u64;
-        let packet_type = packet.packet_type();
         if self.config.trace {
             self.trace.push(TraceEvent::PacketSent { time: now, packet_type, seq, size, retransmission });
         }
@@ -1026,33 +1105,35 @@ impl Connection {
         transmit
     }
 
+    /// Builds data (or FIN) packet `seq` in `buf`, payload copied in place, records the
+    /// transmission for loss recovery and the controller, shows the plaintext to the
+    /// redundancy stage, and sends it the one way out.
     fn emit_segment(&mut self, now: Instant, seq: u64, buf: &mut [u8]) -> Option<Transmit> {
-        let payload_room = buf.len().checked_sub(wire::DATA_OVERHEAD)?;
-        let (len, fin) = self.disassembler.copy_payload(seq, &mut buf[wire::DATA_OVERHEAD..][..payload_room.min(u16::MAX as usize)]);
+        let room = buf.len().checked_sub(wire::DATA_OVERHEAD + self.protection.overhead())?;
+        let (len, fin) = self.disassembler.copy_payload(seq, &mut buf[wire::DATA_OVERHEAD..][..room.min(u16::MAX as usize)]);
         let timestamp = self.timestamp(now);
-        let size = if fin {
+        let plain_len = if fin {
             Packet { dst_cid: self.peer_cid, body: Body::Close(Close { seq: seq as u32, timestamp }) }.emit(buf).ok()?
         } else {
             wire::emit_data_header_in_place(buf, self.peer_cid, seq as u32, timestamp, len).ok()?
         };
+        let in_flight_before = self.disassembler.bytes_in_flight();
         let retransmission = self.disassembler.on_transmit(seq, now);
-        self.controller.on_sent(now, size as u64, self.disassembler.bytes_in_flight());
-        self.stats.packets_sent += 1;
-        self.stats.bytes_sent += size as u64;
+        let in_flight = self.disassembler.bytes_in_flight();
+        if let Some(mut record) = self.disassembler.sent_packet(seq) {
+            self.delivery.on_sent(now, in_flight_before, &mut record);
+            record.bytes_in_flight = in_flight;
+            record.controller_state = self.controller.on_sent(now, &record, in_flight);
+            self.disassembler.set_sent_packet(seq, record);
+        }
         self.stats.data_packets_sent += 1;
         if retransmission {
             self.stats.retransmissions += 1;
         }
         self.last_ack_eliciting_sent = now;
         let packet_type = if fin { PacketType::Close } else { PacketType::Data };
-        if self.config.trace {
-            self.trace.push(TraceEvent::PacketSent { time: now, packet_type, seq: Some(seq), size, retransmission });
-        }
-        let copies = self.redundancy.extra_copies(now, seq, retransmission);
-        if copies > 0 {
-            self.pending_copy = Some((buf[..size].to_vec(), copies));
-        }
-        Some(Transmit { size, packet_type })
+        self.redundancy.on_data_packet(now, seq, retransmission, &buf[..plain_len]);
+        self.finish_datagram(now, buf, plain_len, packet_type, Some(seq), retransmission)
     }
 
     fn flow_control_allows_new(&self) -> bool {
@@ -1063,6 +1144,14 @@ impl Connection {
         let has_retransmission = self.disassembler.has_retransmissions();
         let has_new = self.disassembler.has_new() && self.flow_control_allows_new();
         if !has_retransmission && !has_new {
+            if !self.disassembler.has_new() {
+                // The window would let more leave, but the application gave nothing:
+                // rate samples from here on measure the application, not the path.
+                let in_flight = self.disassembler.bytes_in_flight();
+                if in_flight + (self.config.max_datagram() as u64) <= self.controller.window() {
+                    self.delivery.on_app_limited(in_flight);
+                }
+            }
             return None;
         }
         // Probes after a timeout go out whatever the window and pacer say: they are
@@ -1103,8 +1192,11 @@ impl Connection {
             match self.disassembler.state(seq) {
                 Some(SegmentState::Acked) => continue,
                 Some(_) => {
-                    if let Some(sent) = self.disassembler.last_sent(seq) {
+                    if let Some(packet) = self.disassembler.sent_packet(seq) {
+                        let sent = packet.sent;
                         // The send loop resends whatever the fence still shows missing.
+                        self.delivery.on_lost(packet.bytes);
+                        self.controller.on_packet_lost(now, &packet);
                         self.stats.packets_lost += 1;
                         self.trace_loss(now, Some(seq), LossTrigger::Tick, 1);
                         self.congestion_event(now, sent, self.config.max_datagram() as u64);

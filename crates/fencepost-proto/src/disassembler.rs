@@ -7,6 +7,7 @@
 //! something sent after this transmission acknowledged?" exactly as RFC 9002
 //! asks it of QUIC packet numbers.
 
+use crate::congestion::SentPacket;
 use crate::time::{Duration, Instant};
 use crate::wire::{CLOSE_LEN, DATA_OVERHEAD};
 use std::collections::VecDeque;
@@ -34,10 +35,27 @@ struct Segment {
     last_sent: Instant,
     /// The latest loss was inferred from reordering thresholds (not a timeout).
     lost_by_threshold: bool,
+    /// What the sender knew when the latest transmission left (for the congestion controller).
+    packet: SentPacket,
 }
 
 impl Segment {
-    fn wire_bytes(&self) -> u64 {
+    fn new(offset: u64, len: u32, fin: bool) -> Segment {
+        Segment {
+            offset,
+            len,
+            fin,
+            state: SegmentState::Lost,
+            transmissions: 0,
+            last_tx: 0,
+            last_sent: Instant::ZERO,
+            lost_by_threshold: false,
+            packet: SentPacket::default(),
+        }
+    }
+
+    /// Datagram bytes, without what packet protection adds.
+    fn plain_bytes(&self) -> u64 {
         if self.fin { CLOSE_LEN as u64 } else { (DATA_OVERHEAD as u64) + self.len as u64 }
     }
 }
@@ -64,6 +82,8 @@ pub struct Acked {
     pub transmissions: u32,
     /// The latest retransmission followed a loss inferred from reordering thresholds.
     pub resent_by_threshold: bool,
+    /// What the sender knew when the acknowledged transmission left.
+    pub packet: SentPacket,
 }
 
 #[derive(Debug)]
@@ -97,6 +117,10 @@ pub struct Disassembler {
     /// holes. An ack's bitmap can only add news at a hole or above the largest,
     /// so looking there instead of at every bit keeps wide fences cheap.
     holes: Vec<u64>,
+    /// Transmissions declared lost since the last [`Disassembler::drain_lost`].
+    newly_lost: Vec<SentPacket>,
+    /// Bytes packet protection adds to every datagram (an authentication tag).
+    protection_overhead: u64,
 }
 
 impl Disassembler {
@@ -120,7 +144,15 @@ impl Disassembler {
             largest_acked_tx: None,
             largest_acked_seq: None,
             holes: Vec::new(),
+            newly_lost: Vec::new(),
+            protection_overhead: 0,
         }
+    }
+
+    /// Every datagram grows by this many bytes on the wire (packet protection's tag).
+    pub fn with_protection_overhead(mut self, bytes: usize) -> Self {
+        self.protection_overhead = bytes as u64;
+        self
     }
 
     // ---- getters ----
@@ -212,10 +244,10 @@ impl Disassembler {
             while self.write_ends.front().is_some_and(|&end| end <= self.segmented_upto) {
                 self.write_ends.pop_front();
             }
-            Segment { offset, len: len as u32, fin: false, state: SegmentState::Lost, transmissions: 0, last_tx: 0, last_sent: Instant::ZERO, lost_by_threshold: false }
+            Segment::new(offset, len as u32, false)
         } else if self.fin_requested && self.fin_seq.is_none() {
             self.fin_seq = Some(seq);
-            Segment { offset: self.segmented_upto, len: 0, fin: true, state: SegmentState::Lost, transmissions: 0, last_tx: 0, last_sent: Instant::ZERO, lost_by_threshold: false }
+            Segment::new(self.segmented_upto, 0, true)
         } else {
             return None;
         };
@@ -254,22 +286,45 @@ impl Disassembler {
     }
 
     /// Records a transmission of `seq`; returns true when it is a retransmission.
+    /// The packet's [`SentPacket`] record starts with what the disassembler knows;
+    /// the sender completes it with [`Disassembler::set_sent_packet`].
     pub fn on_transmit(&mut self, seq: u64, now: Instant) -> bool {
         let Some(index) = seq.checked_sub(self.seg_base) else { return false };
+        let overhead = self.protection_overhead;
         let Some(seg) = self.segments.get_mut(index as usize) else { return false };
         let tx = self.next_tx;
         self.next_tx += 1;
         seg.transmissions += 1;
         seg.last_tx = tx;
         seg.last_sent = now;
+        let bytes = seg.plain_bytes() + overhead;
         if seg.state != SegmentState::InFlight {
             seg.state = SegmentState::InFlight;
-            self.bytes_in_flight += seg.wire_bytes();
+            self.bytes_in_flight += bytes;
         }
+        seg.packet = SentPacket { seq, sent: now, bytes, retransmission: seg.transmissions > 1, ..SentPacket::default() };
         if self.track_tx_order {
             self.tx_order.push_back((tx, seq));
         }
         seg.transmissions > 1
+    }
+
+    /// The record of `seq`'s latest transmission.
+    pub fn sent_packet(&self, seq: u64) -> Option<SentPacket> {
+        let index = seq.checked_sub(self.seg_base)?;
+        self.segments.get(index as usize).filter(|s| s.transmissions > 0).map(|s| s.packet)
+    }
+
+    /// Replaces the record of `seq`'s latest transmission (the sender adds delivery and controller state).
+    pub fn set_sent_packet(&mut self, seq: u64, packet: SentPacket) {
+        if let Some(seg) = seq.checked_sub(self.seg_base).and_then(|i| self.segments.get_mut(i as usize)) {
+            seg.packet = packet;
+        }
+    }
+
+    /// Transmissions declared lost since the last call, in the order they were declared.
+    pub fn drain_lost(&mut self) -> std::vec::Drain<'_, SentPacket> {
+        self.newly_lost.drain(..)
     }
 
     // ---- acknowledgements ----
@@ -350,7 +405,7 @@ impl Disassembler {
             return;
         }
         let was_in_flight = seg.state == SegmentState::InFlight;
-        let bytes = seg.wire_bytes();
+        let bytes = seg.packet.bytes;
         if was_in_flight {
             self.bytes_in_flight -= bytes;
         }
@@ -365,6 +420,7 @@ impl Disassembler {
             was_in_flight,
             transmissions: seg.transmissions,
             resent_by_threshold: seg.lost_by_threshold,
+            packet: seg.packet,
         });
     }
 
@@ -424,7 +480,8 @@ impl Disassembler {
         let seg = &mut self.segments[index];
         seg.state = SegmentState::Lost;
         seg.lost_by_threshold = false;
-        let bytes = seg.wire_bytes();
+        let bytes = seg.packet.bytes;
+        self.newly_lost.push(seg.packet);
         self.bytes_in_flight -= bytes;
         self.retransmit_queue.push_back(self.seg_base + index as u64);
         bytes

@@ -13,7 +13,7 @@ pub struct ConnectionStats {
     pub keepalives_sent: u64,
     pub handshakes_sent: u64,
     pub resets_sent: u64,
-    /// Extra copies sent by the redundancy stage.
+    /// Repair packets (copies, FEC) sent by the redundancy stage.
     pub redundant_packets_sent: u64,
 
     pub packets_received: u64,
@@ -26,6 +26,8 @@ pub struct ConnectionStats {
     pub duplicate_acks_received: u64,
     /// Datagrams that did not parse.
     pub malformed_packets: u64,
+    /// Datagrams packet protection refused to open (forged, corrupted, another key).
+    pub unauthenticated_packets: u64,
     /// Well-formed packets for another connection id (an old connection, or an off-path sender).
     pub foreign_packets: u64,
     /// Packets that contradicted the protocol (data past the FIN, acks for unsent data).

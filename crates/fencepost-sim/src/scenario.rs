@@ -340,6 +340,7 @@ pub fn describe_cc(config: &ControllerConfig) -> String {
             s.push_str(if t.pacing { ",pacing=on" } else { ",pacing=off" });
             s
         }
+        ControllerConfig::Custom(factory) => factory.describe(),
     }
 }
 

@@ -2,7 +2,7 @@
 //! optional pacing rate. The TCP "THERMAL" idea (`shared/seeds/tcp-thermal.txt`):
 //! on a lossy link with few competitors, backing off only wastes the link.
 
-use super::{pacing_rate, Controller, Pacer};
+use super::{pacing_rate, Controller, Pacer, SentPacket};
 use crate::rtt::RttEstimator;
 use crate::time::Instant;
 
@@ -62,13 +62,14 @@ impl Fixed {
 }
 
 impl Controller for Fixed {
-    fn on_sent(&mut self, now: Instant, bytes: u64, _bytes_in_flight: u64) {
+    fn on_sent(&mut self, now: Instant, packet: &SentPacket, _bytes_in_flight: u64) -> u64 {
         if let Some(p) = &mut self.pacer {
-            p.on_sent(now, bytes);
+            p.on_sent(now, packet.bytes);
         }
+        0
     }
 
-    fn on_ack(&mut self, _now: Instant, _sent: Instant, _bytes: u64, rtt: &RttEstimator) {
+    fn on_ack(&mut self, _now: Instant, _packet: &SentPacket, rtt: &RttEstimator) {
         if let (true, Some(p)) = (self.pace_by_rtt, &mut self.pacer) {
             if rtt.has_sample() {
                 p.set_rate(pacing_rate(self.window, rtt));
@@ -93,7 +94,7 @@ impl Controller for Fixed {
         self.pacer.as_ref().and_then(Pacer::earliest_departure_time)
     }
 
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "none"
     }
 }
@@ -101,6 +102,10 @@ impl Controller for Fixed {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn packet(bytes: u64) -> SentPacket {
+        SentPacket { bytes, ..Default::default() }
+    }
 
     #[test]
     fn never_backs_off() {
@@ -118,11 +123,11 @@ mod tests {
         let mut rtt = RttEstimator::new(crate::time::Duration::from_millis(100));
         assert_eq!(cc.earliest_departure_time(), None, "no rate before the first sample");
         rtt.update(crate::time::Duration::from_millis(100));
-        cc.on_ack(Instant::ZERO, Instant::ZERO, 1000, &rtt);
+        cc.on_ack(Instant::ZERO, &packet(1000), &rtt);
         // 10 000 bytes per 100 ms x 1.25 = 125 000 bytes/s: 8 ms a packet once the burst is spent.
         let t = Instant::from_millis(1000);
         for _ in 0..11 {
-            cc.on_sent(t, 1000, 0);
+            cc.on_sent(t, &packet(1000), 0);
         }
         assert_eq!(cc.earliest_departure_time().unwrap() - t, crate::time::Duration::from_millis(8));
     }

@@ -1,32 +1,125 @@
-//! Congestion control: the [`Controller`] trait and the controllers built on it.
+//! Congestion control: the [`Controller`] trait, the delivery-rate samples it is
+//! fed, and the controllers built on it.
 //!
 //! Every hook receives `now`, so a controller never reads a clock. Only
 //! [`Controller::window`] and [`Controller::on_congestion_event`] are required;
 //! the other hooks default to doing nothing. Pacing is one question, "when may
 //! the next packet leave?", answered by [`Controller::earliest_departure_time`].
+//!
+//! The order of the hooks for one ack is: [`Controller::on_ack`] for every packet it
+//! newly acknowledges, [`Controller::on_packet_lost`] for every packet loss
+//! detection then gives up on, [`Controller::on_congestion_event`] once per
+//! recovery episode, and last [`Controller::on_ack_batch`] with the ack's totals
+//! and its delivery-rate sample.
+//!
+//! Controllers come from a [`ControllerConfig`]: the built-in ones by variant,
+//! any other through a [`ControllerFactory`] (how the Python bindings register
+//! controllers written in Python).
 
+mod delivery_rate;
 mod fixed;
 mod pacer;
 mod tahoe;
 
+pub use delivery_rate::DeliveryRateEstimator;
 pub use fixed::{Fixed, FixedConfig};
 pub use pacer::Pacer;
 pub use tahoe::{Tahoe, TahoeConfig};
 
 use crate::rtt::RttEstimator;
-use crate::time::Instant;
+use crate::time::{Duration, Instant};
 use std::fmt;
+use std::sync::Arc;
+
+/// What the sender knew when one transmission left, kept with the packet and
+/// handed back to the controller when the packet is acknowledged or lost.
+/// The delivery fields follow draft-cheng-iccrg-delivery-rate-estimation (`P.*`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SentPacket {
+    pub seq: u64,
+    /// When this transmission left.
+    pub sent: Instant,
+    /// Bytes of the datagram on the wire (what windows count).
+    pub bytes: u64,
+    pub retransmission: bool,
+    /// `P.delivered`: bytes the peer had acknowledged when this packet left.
+    pub delivered: u64,
+    /// `P.delivered_time`: when `delivered` last grew, as of this packet's departure.
+    pub delivered_time: Instant,
+    /// `P.first_sent_time`: departure of the packet that began the current flight.
+    pub first_sent_time: Instant,
+    /// `P.is_app_limited`: the application, not the window, limited sending then.
+    pub is_app_limited: bool,
+    /// Bytes in flight just after this packet left (BBR's `tx_in_flight`).
+    pub bytes_in_flight: u64,
+    /// Bytes declared lost on the connection when this packet left (`C.lost` then).
+    pub lost: u64,
+    /// The value [`Controller::on_sent`] returned for this transmission: the controller's own per-packet state.
+    pub controller_state: u64,
+}
+
+/// One delivery-rate sample (draft-cheng-iccrg-delivery-rate-estimation, `rs.*`),
+/// taken over the packets one ack newly acknowledged.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RateSample {
+    /// Bytes delivered between the sampled packet's departure and this ack.
+    pub delivered: u64,
+    /// The interval they were delivered over: the longer of the send and ack phases.
+    pub interval: Duration,
+    /// `delivered / interval`, in bytes per second.
+    pub delivery_rate: f64,
+    /// The sampled packet left while the application limited sending: the rate
+    /// measures the application, not the path (a controller should not lower its estimate on it).
+    pub is_app_limited: bool,
+    /// `rs.prior_delivered`: delivered bytes when the sampled packet left.
+    pub prior_delivered: u64,
+    /// Bytes in flight when the sampled packet left.
+    pub tx_in_flight: u64,
+    /// Bytes declared lost between the sampled packet's departure and this ack.
+    pub lost: u64,
+    /// RTT of the sampled packet.
+    pub rtt: Duration,
+}
+
+/// The totals of one ack, given to [`Controller::on_ack_batch`] after the per-packet hooks.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct AckBatch {
+    /// Wire bytes this ack newly acknowledged (packets that were in flight).
+    pub newly_acked: u64,
+    /// Wire bytes declared lost while processing this ack.
+    pub newly_lost: u64,
+    /// Bytes in flight after the ack.
+    pub bytes_in_flight: u64,
+    /// Total bytes delivered on the connection (`C.delivered`).
+    pub delivered: u64,
+    /// A delivery-rate sample, when the ack acknowledged something that yields one.
+    pub rate_sample: Option<RateSample>,
+    /// The sender is limited by the application right now.
+    pub app_limited: bool,
+}
 
 /// A congestion controller. Sizes are in bytes of whole datagrams.
 pub trait Controller: fmt::Debug + Send {
-    /// A datagram carrying data left; `bytes_in_flight` includes it.
-    fn on_sent(&mut self, now: Instant, bytes: u64, bytes_in_flight: u64) {
-        let _ = (now, bytes, bytes_in_flight);
+    /// A datagram carrying data left; `bytes_in_flight` includes it. Returns a value
+    /// kept with the packet and handed back as [`SentPacket::controller_state`].
+    fn on_sent(&mut self, now: Instant, packet: &SentPacket, bytes_in_flight: u64) -> u64 {
+        let _ = (now, packet, bytes_in_flight);
+        0
     }
 
-    /// A data packet sent at `sent` was acknowledged for the first time.
-    fn on_ack(&mut self, now: Instant, sent: Instant, bytes: u64, rtt: &RttEstimator) {
-        let _ = (now, sent, bytes, rtt);
+    /// A data packet that was in flight was acknowledged for the first time.
+    fn on_ack(&mut self, now: Instant, packet: &SentPacket, rtt: &RttEstimator) {
+        let _ = (now, packet, rtt);
+    }
+
+    /// Loss detection gave up on one transmission (a fence hole, duplicate acks or a timeout).
+    fn on_packet_lost(&mut self, now: Instant, packet: &SentPacket) {
+        let _ = (now, packet);
+    }
+
+    /// The end of one ack's processing, with its totals and delivery-rate sample.
+    fn on_ack_batch(&mut self, now: Instant, batch: &AckBatch, rtt: &RttEstimator) {
+        let _ = (now, batch, rtt);
     }
 
     /// An ack arrived that moved nothing forward while data was outstanding.
@@ -64,7 +157,20 @@ pub trait Controller: fmt::Debug + Send {
     }
 
     /// Short name used in reports and traces.
-    fn name(&self) -> &'static str;
+    fn name(&self) -> &str;
+}
+
+/// Builds a controller for each new connection. Implement it to add a controller
+/// from outside this crate and wrap it in [`ControllerConfig::Custom`].
+pub trait ControllerFactory: fmt::Debug + Send + Sync {
+    /// `mss` is the largest datagram the connection sends, the unit of window growth.
+    fn build(&self, mss: u64) -> Box<dyn Controller>;
+    /// Short name used in reports.
+    fn name(&self) -> &str;
+    /// The settings as a spec string that reads back to the same configuration (`name:key=value,...`).
+    fn describe(&self) -> String {
+        self.name().to_string()
+    }
 }
 
 /// Bytes per second that send `window` bytes in 4/5 of a smoothed RTT: fast
@@ -75,12 +181,25 @@ pub fn pacing_rate(window: u64, rtt: &RttEstimator) -> u64 {
 }
 
 /// Which controller a connection builds, with its settings.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub enum ControllerConfig {
     /// No congestion control: a fixed window and an optional pacing rate (TCP THERMAL).
     Fixed(FixedConfig),
     /// TCP Tahoe: slow start, congestion avoidance, window to one packet on loss.
     Tahoe(TahoeConfig),
+    /// A controller from outside this crate.
+    Custom(Arc<dyn ControllerFactory>),
+}
+
+impl PartialEq for ControllerConfig {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (ControllerConfig::Fixed(a), ControllerConfig::Fixed(b)) => a == b,
+            (ControllerConfig::Tahoe(a), ControllerConfig::Tahoe(b)) => a == b,
+            (ControllerConfig::Custom(a), ControllerConfig::Custom(b)) => Arc::ptr_eq(a, b) || a.describe() == b.describe(),
+            _ => false,
+        }
+    }
 }
 
 impl ControllerConfig {
@@ -89,13 +208,15 @@ impl ControllerConfig {
         match self {
             ControllerConfig::Fixed(c) => Box::new(Fixed::new(c.clone(), mss)),
             ControllerConfig::Tahoe(c) => Box::new(Tahoe::new(c.clone(), mss)),
+            ControllerConfig::Custom(factory) => factory.build(mss),
         }
     }
 
-    pub fn name(&self) -> &'static str {
+    pub fn name(&self) -> &str {
         match self {
             ControllerConfig::Fixed(_) => "none",
             ControllerConfig::Tahoe(_) => "tahoe",
+            ControllerConfig::Custom(factory) => factory.name(),
         }
     }
 }

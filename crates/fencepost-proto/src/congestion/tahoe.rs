@@ -3,7 +3,7 @@
 //! then one packet per window per round trip; on loss the threshold halves
 //! and the window drops to a single packet.
 
-use super::{pacing_rate, Controller, Pacer};
+use super::{pacing_rate, Controller, Pacer, SentPacket};
 use crate::rtt::RttEstimator;
 use crate::time::Instant;
 
@@ -68,13 +68,15 @@ impl Tahoe {
 }
 
 impl Controller for Tahoe {
-    fn on_sent(&mut self, now: Instant, bytes: u64, _bytes_in_flight: u64) {
+    fn on_sent(&mut self, now: Instant, packet: &SentPacket, _bytes_in_flight: u64) -> u64 {
         if let Some(p) = &mut self.pacer {
-            p.on_sent(now, bytes);
+            p.on_sent(now, packet.bytes);
         }
+        0
     }
 
-    fn on_ack(&mut self, _now: Instant, _sent: Instant, bytes: u64, rtt: &RttEstimator) {
+    fn on_ack(&mut self, _now: Instant, packet: &SentPacket, rtt: &RttEstimator) {
+        let bytes = packet.bytes;
         if self.cwnd < self.ssthresh {
             // Slow start: one packet per packet acknowledged.
             self.cwnd += bytes.min(self.mss);
@@ -113,7 +115,7 @@ impl Controller for Tahoe {
         self.pacer.as_ref().and_then(Pacer::earliest_departure_time)
     }
 
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         "tahoe"
     }
 }
@@ -121,6 +123,10 @@ impl Controller for Tahoe {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn packet(bytes: u64) -> SentPacket {
+        SentPacket { bytes, ..Default::default() }
+    }
     use crate::time::Duration;
 
     const MSS: u64 = 1000;
@@ -128,7 +134,7 @@ mod tests {
     fn ack(cc: &mut Tahoe, n: u64) {
         let rtt = RttEstimator::new(Duration::from_millis(100));
         for _ in 0..n {
-            cc.on_ack(Instant::from_millis(1), Instant::ZERO, MSS, &rtt);
+            cc.on_ack(Instant::from_millis(1), &packet(MSS), &rtt);
         }
     }
 
@@ -162,11 +168,11 @@ mod tests {
         let mut cc = Tahoe::new(TahoeConfig::default().initial_window(10), MSS);
         let mut rtt = RttEstimator::new(Duration::from_millis(100));
         rtt.update(Duration::from_millis(100));
-        cc.on_ack(Instant::ZERO, Instant::ZERO, MSS, &rtt);
+        cc.on_ack(Instant::ZERO, &packet(MSS), &rtt);
         // cwnd 11 packets per 100 ms, x1.25 = 137_500 bytes/s: a packet every 7.27 ms once the burst is spent.
         let t = Instant::from_millis(1000);
         for _ in 0..11 {
-            cc.on_sent(t, MSS, 0);
+            cc.on_sent(t, &packet(MSS), 0);
         }
         let next = cc.earliest_departure_time().unwrap();
         // 11 x 7272 us after a floor 72727 us back (integer microseconds): 7265 us.
