@@ -1,7 +1,7 @@
 //! The endpoint's driver task: socket in, core, socket out, timers, wake-ups.
 
 use crate::{Shared, State, Waiters};
-use fencepost_proto::{ConnectionHandle, Event};
+use fencepost_proto::{DatagramEvent, Event};
 use quinn_udp::{RecvMeta, Transmit, BATCH_SIZE};
 use std::io::{self, IoSliceMut};
 use std::net::SocketAddr;
@@ -37,6 +37,9 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             }
             let now = shared.now();
             st.proto.handle_timeout(now);
+            for (destination, response) in st.responses.drain(..) {
+                add_to_batches(&mut batches, &mut spare, destination, &response, max_segments);
+            }
             collect_transmits(&mut st, now, &mut scratch, &mut batches, &mut spare, max_segments);
             dispatch(&mut st);
             st.proto.poll_timeout()
@@ -104,11 +107,27 @@ fn receive(shared: &Shared, storage: &mut [u8], metas: &mut [RecvMeta]) -> io::R
         drop(iovs);
         let mut st = shared.lock();
         let now = shared.now();
+        let mut response = [0u8; 64];
         for (meta, buf) in metas.iter().take(count).zip(storage.chunks(RECV_BUF)) {
             let stride = meta.stride.max(1);
             // With GRO one buffer holds several datagrams of `stride` bytes (the last may be shorter).
             for datagram in buf[..meta.len].chunks(stride) {
-                st.proto.handle_datagram(now, normalize(meta.addr), datagram);
+                match st.proto.handle_datagram(now, normalize(meta.addr), datagram, &mut response) {
+                    Some(DatagramEvent::NewConnection(incoming)) => {
+                        // The endpoint already refused what exceeds max_connections; a server takes the rest.
+                        if let Ok(handle) = st.proto.accept(incoming) {
+                            st.waiters.insert(handle, Waiters::default());
+                            st.accept_queue.push_back(handle);
+                            if let Some(w) = st.accept_waiter.take() {
+                                w.wake();
+                            }
+                        }
+                    }
+                    Some(DatagramEvent::Response { destination, transmit }) => {
+                        st.responses.push((destination, response[..transmit.size].to_vec()));
+                    }
+                    Some(DatagramEvent::Connection(_)) | None => {}
+                }
             }
         }
     }
@@ -135,25 +154,29 @@ fn collect_transmits(
     max_segments: usize,
 ) {
     while let Some((destination, transmit)) = st.proto.poll_transmit(now, scratch) {
-        let datagram = &scratch[..transmit.size];
-        let joins = batches.last().is_some_and(|b| {
-            b.destination == destination
-                && b.count < max_segments
-                && datagram.len() <= b.segment
-                // Only the last segment of a GSO send may be short.
-                && b.data.len() == b.count * b.segment
-                && b.data.len() + datagram.len() <= 65_000
-        });
-        if joins {
-            let b = batches.last_mut().expect("checked above");
-            b.data.extend_from_slice(datagram);
-            b.count += 1;
-        } else {
-            let mut data = spare.pop().unwrap_or_default();
-            data.clear();
-            data.extend_from_slice(datagram);
-            batches.push(Batch { destination, data, segment: datagram.len(), count: 1 });
-        }
+        add_to_batches(batches, spare, destination, &scratch[..transmit.size], max_segments);
+    }
+}
+
+/// Appends a datagram to the last batch if GSO can carry it there, or starts a new batch.
+fn add_to_batches(batches: &mut Vec<Batch>, spare: &mut Vec<Vec<u8>>, destination: SocketAddr, datagram: &[u8], max_segments: usize) {
+    let joins = batches.last().is_some_and(|b| {
+        b.destination == destination
+            && b.count < max_segments
+            && datagram.len() <= b.segment
+            // Only the last segment of a GSO send may be short.
+            && b.data.len() == b.count * b.segment
+            && b.data.len() + datagram.len() <= 65_000
+    });
+    if joins {
+        let b = batches.last_mut().expect("checked above");
+        b.data.extend_from_slice(datagram);
+        b.count += 1;
+    } else {
+        let mut data = spare.pop().unwrap_or_default();
+        data.clear();
+        data.extend_from_slice(datagram);
+        batches.push(Batch { destination, data, segment: datagram.len(), count: 1 });
     }
 }
 
@@ -174,48 +197,37 @@ async fn send(shared: &Shared, batch: &Batch) -> io::Result<()> {
     }
 }
 
-/// Moves the core's events to the tasks waiting on them, hands new connections to
-/// `accept`, and forgets connections that are finished and no longer held.
+/// Moves the core's events to the tasks waiting on them, and forgets connections
+/// that are finished and no longer held. Only connections with news are visited.
 fn dispatch(st: &mut State) {
-    while let Some(handle) = st.proto.accept() {
-        st.waiters.insert(handle, Waiters::default());
-        st.accept_queue.push_back(handle);
-        if let Some(w) = st.accept_waiter.take() {
-            w.wake();
+    while let Some((handle, event)) = st.proto.poll_event() {
+        let Some(w) = st.waiters.get_mut(&handle) else { continue };
+        let waker = match event {
+            Event::Connected => w.connected.take(),
+            Event::Readable | Event::StreamFinished => w.read.take(),
+            Event::Writable => w.write.take(),
+            Event::Closed => {
+                if let Some(r) = w.read.take() {
+                    r.wake();
+                }
+                w.closed.take()
+            }
+            Event::ConnectionLost(_) => {
+                w.wake_all();
+                None
+            }
+        };
+        if let Some(waker) = waker {
+            waker.wake();
         }
     }
-    let handles: Vec<ConnectionHandle> = st.proto.handles().collect();
-    let mut forget = Vec::new();
-    for handle in handles {
-        let State { proto, waiters, .. } = st;
-        let Some(conn) = proto.connection_mut(handle) else { continue };
-        let Some(w) = waiters.get_mut(&handle) else { continue };
-        while let Some(event) = conn.poll_event() {
-            let waker = match event {
-                Event::Connected => w.connected.take(),
-                Event::Readable | Event::StreamFinished => w.read.take(),
-                Event::Writable => w.write.take(),
-                Event::Closed => {
-                    if let Some(r) = w.read.take() {
-                        r.wake();
-                    }
-                    w.closed.take()
-                }
-                Event::ConnectionLost(_) => {
-                    w.wake_all();
-                    None
-                }
-            };
-            if let Some(waker) = waker {
-                waker.wake();
+    while let Some(handle) = st.proto.poll_drained() {
+        match st.waiters.get_mut(&handle) {
+            Some(w) if !w.released => w.drained = true, // forgotten when the application lets go
+            _ => {
+                st.proto.remove(handle);
+                st.waiters.remove(&handle);
             }
         }
-        if conn.is_drained() && w.released {
-            forget.push(handle);
-        }
-    }
-    for handle in forget {
-        st.proto.remove(handle);
-        st.waiters.remove(&handle);
     }
 }

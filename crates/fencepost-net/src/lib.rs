@@ -100,6 +100,8 @@ struct Waiters {
     closed: Option<Waker>,
     /// The application dropped its handle: remove the connection once it is done.
     released: bool,
+    /// The connection is done (drained); remove it once the application lets go.
+    drained: bool,
 }
 
 impl Waiters {
@@ -117,6 +119,8 @@ struct State {
     accept_waiter: Option<Waker>,
     /// Set when the endpoint stops; every later operation fails with it.
     stopped: Option<String>,
+    /// Stateless answers (refusals) waiting to be sent: (destination, datagram).
+    responses: Vec<(SocketAddr, Vec<u8>)>,
 }
 
 struct Shared {
@@ -174,6 +178,7 @@ impl Endpoint {
                 accept_queue: VecDeque::new(),
                 accept_waiter: None,
                 stopped: None,
+                responses: Vec::new(),
             }),
             wake_driver: tokio::sync::Notify::new(),
             epoch: std::time::Instant::now(),
@@ -449,8 +454,16 @@ impl Drop for Connection {
         if let Some(conn) = st.proto.connection_mut(self.handle) {
             conn.close(now);
         }
-        if let Some(w) = st.waiters.get_mut(&self.handle) {
-            w.released = true;
+        let drained = match st.waiters.get_mut(&self.handle) {
+            Some(w) => {
+                w.released = true;
+                w.drained
+            }
+            None => false,
+        };
+        if drained {
+            st.proto.remove(self.handle);
+            st.waiters.remove(&self.handle);
         }
         drop(st);
         self.shared.wake_driver.notify_one();

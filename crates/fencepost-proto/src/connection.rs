@@ -576,6 +576,11 @@ impl Connection {
         self.events.pop_front()
     }
 
+    /// Events are waiting for [`Connection::poll_event`].
+    pub fn has_events(&self) -> bool {
+        !self.events.is_empty()
+    }
+
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.timers.next()
     }

@@ -26,7 +26,7 @@ pub use config::{Arq, FenceWidth, Profile, SendPolicy, TransportConfig};
 pub use congestion::{AckBatch, Controller, ControllerConfig, ControllerFactory, FixedConfig, RateSample, SentPacket, TahoeConfig};
 pub use connection::{Connection, ConnectionError, Event, ReadError, Side, State, Transmit, WriteError};
 pub use disassembler::Disassembler;
-pub use endpoint::{ConnectionHandle, Endpoint, EndpointConfig, EndpointStats};
+pub use endpoint::{AcceptError, ConnectionHandle, DatagramEvent, Endpoint, EndpointConfig, EndpointStats, Incoming};
 pub use protection::{PacketProtection, ProtectionConfig, ProtectionError, ProtectionFactory};
 pub use redundancy::{Redundancy, RedundancyConfig, RedundancyFactory};
 pub use rtt::RttEstimator;

@@ -3,7 +3,7 @@
 //! coverage-guided versions of the same targets.
 
 use fencepost_proto::wire::{Header, Packet};
-use fencepost_proto::{Connection, Endpoint, EndpointConfig, Instant, TransportConfig};
+use fencepost_proto::{Connection, DatagramEvent, Endpoint, EndpointConfig, Instant, TransportConfig};
 use rand_core::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use std::sync::Arc;
@@ -90,11 +90,14 @@ fn endpoints_and_connections_count_and_drop_garbage() {
     for (i, input) in inputs(50_000).enumerate() {
         t += 100;
         let now = Instant::from_micros(t);
-        server.handle_datagram(now, (i % 7) as u32, &input);
+        if let Some(DatagramEvent::NewConnection(incoming)) = server.handle_datagram(now, (i % 7) as u32, &input, &mut out) {
+            let _ = server.accept(incoming);
+        }
         client_side.handle_datagram(now, &input);
         server.handle_timeout(now);
         client_side.handle_timeout(now);
         while server.poll_transmit(now, &mut out).is_some() {}
+        while server.poll_event().is_some() {}
         while client_side.poll_transmit(now, &mut out).is_some() {}
     }
     let stats = server.stats();

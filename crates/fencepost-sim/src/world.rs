@@ -7,7 +7,8 @@ use crate::report::{rtt_summary, SimReport};
 use crate::scenario::{Scenario, Workload};
 use fencepost_link::Link;
 use fencepost_proto::{
-    ConnectionError, ConnectionHandle, ConnectionStats, Endpoint, EndpointConfig, Instant, ReadError, State, TraceEvent,
+    ConnectionError, ConnectionHandle, ConnectionStats, DatagramEvent, Endpoint, EndpointConfig, Instant, ReadError, State,
+    TraceEvent,
 };
 use rand_core::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
@@ -364,14 +365,23 @@ impl Simulation {
         let t = now.total_micros();
         while let Some(datagram) = self.up.poll_deliver(t) {
             self.last_rx_server = now;
-            if let Some(handle) = self.server.handle_datagram(now, CLIENT, &datagram) {
-                self.server_conn.get_or_insert(handle);
+            match self.server.handle_datagram(now, CLIENT, &datagram, &mut self.buf) {
+                Some(DatagramEvent::NewConnection(incoming)) => {
+                    if let Ok(handle) = self.server.accept(incoming) {
+                        self.server_conn.get_or_insert(handle);
+                    }
+                }
+                Some(DatagramEvent::Response { transmit, .. }) => {
+                    let datagram = Self::pooled(&mut self.pool, &self.buf[..transmit.size]);
+                    self.down.enqueue(t, datagram, transmit.size + self.scenario.header_overhead);
+                }
+                Some(DatagramEvent::Connection(_)) | None => {}
             }
             self.pool.push(datagram);
         }
         while let Some(datagram) = self.down.poll_deliver(t) {
             self.last_rx_client = now;
-            self.client.handle_datagram(now, SERVER, &datagram);
+            self.client.handle_datagram(now, SERVER, &datagram, &mut self.buf);
             self.pool.push(datagram);
         }
         if self.client.poll_timeout().is_some_and(|d| d <= now) {
@@ -379,9 +389,6 @@ impl Simulation {
         }
         if self.server.poll_timeout().is_some_and(|d| d <= now) {
             self.server.handle_timeout(now);
-        }
-        while let Some(handle) = self.server.accept() {
-            self.server_conn.get_or_insert(handle);
         }
         self.run_client_app();
         self.run_server_app();
