@@ -10,7 +10,7 @@ from __future__ import annotations
 from . import sim
 from ._core import __version__
 from ._errors import FencepostError, OptionError
-from .sim import LinkStats, SimResult
+from .sim import FlowResult, LinkResult, LinkStats, SimResult
 from .net import ConnectionLost, Timeout, connect, listen, open_connection, start_server
 from .sweep import Experiment, ExperimentError, sweep
 
@@ -24,6 +24,8 @@ __all__ = [
     "Experiment",
     "ExperimentError",
     "FencepostError",
+    "FlowResult",
+    "LinkResult",
     "LinkStats",
     "OptionError",
     "SimResult",

@@ -9,11 +9,19 @@ def simulate(options: list[tuple[str, str]], events: str | None = None, hash_thr
     per-packet event log there (JSON lines). Raises ValueError((option, message)).
     Ctrl-C stops the run and raises KeyboardInterrupt."""
 
-def check_options(options: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """Validates options; returns them with defaults. Raises ValueError((option, message))."""
+def check_options(command_name: str, options: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Validates options for a command (sim, sweep, send, serve, echo-bench); for sim and sweep returns
+    the run's options with defaults, for the others the options given. Raises ValueError((option, message))."""
 
-def scenario_options() -> list[tuple[str, str]]:
-    """Every scenario option with its default ("" = none)."""
+def option_specs() -> str:
+    """Every option of every command as JSON (name, scope, kind, metavar, default, help, choices,
+    commands, per_flow, per_direction, repeatable, aliases)."""
+
+def report_schema() -> str:
+    """The report's fields as JSON: {"flow": [...], "run": [...], "link": [...], "link_stats": [...]}."""
+
+def report_text(report: str) -> str:
+    """The human summary of a report given as JSON."""
 
 def decode_packet(data: bytes) -> str:
     """The packet type of one datagram; ValueError saying what is wrong otherwise."""
@@ -21,7 +29,7 @@ def decode_packet(data: bytes) -> str:
 def generate_trace(kind: str, bits_per_second: int, duration_ms: int = 60000, seed: int = 1) -> str:
     """A mahimahi trace as text: kind "constant" or "poisson"."""
 
-def echo_bench(host: str, port: int, messages: int = 1000, seed: int = 1, options: list[tuple[str, str]] = ..., connect_timeout: float | None = None) -> str:
+def echo_bench(host: str, port: int, options: list[tuple[str, str]] = ...) -> str:
     """The seed article's echo benchmark against a `serve --echo`; the result as JSON."""
 
 class Endpoint:
@@ -63,7 +71,7 @@ class Server:
 class Sender:
     """A running `fencepost send`."""
     @staticmethod
-    def start(host: str, port: int, bytes: int | None = None, seconds: float | None = None, interval: float = 1.0,
-              options: list[tuple[str, str]] = ..., connect_timeout: float | None = None) -> "Sender": ...
+    def start(host: str, port: int, options: list[tuple[str, str]] = ...) -> "Sender": ...
+    def amount(self) -> tuple[int | None, float | None]: ...
     def poll(self, timeout: float = 0.2) -> tuple[list[str], str | None]: ...
     def cancel(self) -> None: ...

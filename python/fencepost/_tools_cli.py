@@ -10,31 +10,14 @@ import time
 from typing import Optional
 
 from . import _core
-from ._errors import OptionError, option_error_from_native
+from ._errors import OptionError
+from ._options import add_arguments, given_options, normalize_options
 from .net import _translate
-from .sim import normalize_options
-
-TRANSPORT_FLAGS = [
-    ("--profile", "seed|default", "transport profile (default default)"),
-    ("--arq", "fence|window", "loss recovery (default fence)"),
-    ("--cc", "CC", "congestion control: none[:window=N,rate=R,pacing=on|off] or tahoe[:iw=N,ssthresh=N,pacing=on|off]"),
-    ("--packet-size", "BYTES", "data payload per packet"),
-    ("--idle-timeout", "DURATION", "end a connection after this long without hearing from the peer (default 30s)"),
-]
 
 
-def add_transport_flags(p: argparse.ArgumentParser) -> None:
-    for flag, metavar, help_text in TRANSPORT_FLAGS:
-        p.add_argument(flag, metavar=metavar, help=help_text)
-
-
-def transport_options(args: argparse.Namespace) -> list:
-    given = {}
-    for flag, _, _ in TRANSPORT_FLAGS:
-        value = getattr(args, flag[2:].replace("-", "_"))
-        if value is not None:
-            given[flag[2:]] = value
-    return normalize_options(given)
+def tool_options(args: argparse.Namespace, command: str) -> list:
+    """The command's options as given, in the commands' notation (checked by the native module)."""
+    return normalize_options(given_options(args, command))
 
 
 def host_port(text: str, option: str) -> tuple[str, int]:
@@ -62,7 +45,7 @@ def _bytes(n: float) -> str:
 def cmd_serve(args: argparse.Namespace) -> int:
     host, port = host_port(args.listen, "listen")
     try:
-        server = _core.Server.start(host, port, args.echo, transport_options(args))
+        server = _core.Server.start(host, port, args.echo, tool_options(args, "serve"))
     except (OSError, ValueError) as exc:
         raise _translate(exc) from None
     addr = server.local_addr()
@@ -91,22 +74,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_send(args: argparse.Namespace) -> int:
-    from .units import parse_bytes, parse_duration
-
     host, port = host_port(args.target, "target")
-    if (args.bytes is None) == (args.time is None):
-        raise OptionError("bytes", "give exactly one of --bytes (like 100MB) or --time (like 10s)")
-    nbytes = parse_bytes(args.bytes, "bytes") if args.bytes is not None else None
-    seconds = parse_duration(args.time, "time") if args.time is not None else None
-    interval = parse_duration(args.interval, "interval")
+    options = tool_options(args, "send")
     started = time.time()
     try:
-        sender = _core.Sender.start(host, port, nbytes, seconds, interval, transport_options(args), parse_duration(args.connect_timeout, "connect-timeout"))
+        sender = _core.Sender.start(host, port, options)
     except (OSError, ValueError) as exc:
         raise _translate(exc) from None
+    nbytes, seconds = sender.amount()
+    given = dict(options)
     intervals = []
     if not args.json:
-        what = f"{args.bytes}" if nbytes is not None else f"{args.time}"
+        what = given["bytes"] if nbytes is not None else f"for {given['time']}"
         print(f"Connecting to host {host}, port {port} (fencepost, sending {what})", flush=True)
         print("[ ID] Interval           Transfer     Bitrate           Retr   RTT       Cwnd", flush=True)
     summary = None
@@ -172,7 +151,7 @@ def iperf_shaped(host: str, port: int, started: float, nbytes, seconds, interval
 def cmd_echo_bench(args: argparse.Namespace) -> int:
     host, port = host_port(args.target, "target")
     try:
-        text = _core.echo_bench(host, port, args.messages, args.seed, transport_options(args), 10.0)
+        text = _core.echo_bench(host, port, tool_options(args, "echo-bench"))
     except (OSError, ValueError) as exc:
         raise _translate(exc) from None
     r = json.loads(text)
@@ -203,18 +182,14 @@ def add_parsers(subparsers) -> None:
     p.add_argument("--listen", metavar="HOST:PORT", default="0.0.0.0:5201", help="address to listen on (default 0.0.0.0:5201)")
     p.add_argument("--echo", action="store_true", help="echo every byte back instead of sinking it")
     p.add_argument("--json", action="store_true", help="one JSON line per finished connection")
-    add_transport_flags(p)
+    add_arguments(p, "serve")
     p.set_defaults(handler=cmd_serve)
 
     p = subparsers.add_parser("send", help="send bytes to a fencepost serve, iperf3-style",
                               description="Send bytes to a `fencepost serve` sink, print per-interval lines and a summary, and check the receiver's SHA-256 against the sender's.")
     p.add_argument("target", metavar="HOST:PORT")
-    p.add_argument("--bytes", metavar="SIZE", help="how much to send, like 100MB or 1GB")
-    p.add_argument("--time", metavar="DURATION", help="send for this long instead, like 10s")
-    p.add_argument("--interval", metavar="DURATION", default="1s", help="report every (default 1s)")
-    p.add_argument("--connect-timeout", metavar="DURATION", default="10s", help="give up on the handshake after (default 10s)")
     p.add_argument("--json", action="store_true", help="iperf3-shaped JSON (start, intervals, end)")
-    add_transport_flags(p)
+    add_arguments(p, "send")
     p.set_defaults(handler=cmd_send)
 
     p = subparsers.add_parser("echo-bench", help="the seed article's echo benchmark client",
@@ -222,7 +197,5 @@ def add_parsers(subparsers) -> None:
     p.add_argument("target", metavar="HOST:PORT")
     p.add_argument("--condition", metavar="NAME", required=True, help="the key the result is stored under (like a drop rate)")
     p.add_argument("--results", metavar="FILE", default="results.json", help="results file to append to (default results.json; '' to skip)")
-    p.add_argument("--messages", metavar="N", type=int, default=1000, help="messages to send (default 1000)")
-    p.add_argument("--seed", metavar="N", type=int, default=1, help="seed for the messages (default 1)")
-    add_transport_flags(p)
+    add_arguments(p, "echo-bench")
     p.set_defaults(handler=cmd_echo_bench)

@@ -9,42 +9,21 @@ from typing import Optional, Sequence
 
 from . import sim
 from ._errors import FencepostError, OptionError
+from ._options import add_arguments, given_options
 from .sweep import ExperimentError
-
-# (flag, metavar, help) for every scenario option `fencepost sim` exposes.
-SIM_OPTIONS = [
-    ("--workload", "bulk|echo", "bulk: send --bytes and close; echo: the seed's 1000 messages of 200-400 B, 2-20 ms apart, echoed back (default bulk)"),
-    ("--bytes", "SIZE", "bytes to send in the bulk workload, e.g. 1000000, 64kB, 100MB (default 1MB)"),
-    ("--messages", "N", "messages in the echo workload (default 1000)"),
-    ("--delay", "DURATION", "one-way propagation delay, e.g. 10ms (default 10ms)"),
-    ("--jitter", "DURATION", "each packet's delay varies uniformly by up to this much (default 0)"),
-    ("--keep-order", "BOOL", "jitter never reorders packets: true or false (default false)"),
-    ("--loss", "P", "random loss in both directions, 10%% or 0.1 (default 0)"),
-    ("--loss-up", "P", "loss client to server (overrides --loss)"),
-    ("--loss-down", "P", "loss server to client (overrides --loss)"),
-    ("--loss-model", "MODEL", "bernoulli (default) or gilbert:p=P,r=R[,good=G,bad=B] (bursty loss)"),
-    ("--rate", "RATE", "bottleneck rate in both directions, e.g. 100mbit (default unlimited)"),
-    ("--trace", "FILE", "mahimahi bandwidth trace for both directions (instead of --rate)"),
-    ("--queue", "LIMIT", "droptail queue before the bottleneck: 64kB, 100pkt or unlimited (default)"),
-    ("--dup", "P", "probability a packet is duplicated (default 0)"),
-    ("--arq", "fence|window", "loss recovery: fence (resend only holes, default) or window (cumulative acks only)"),
-    ("--cc", "CC", "congestion control: none[:window=N,rate=R,pacing=on|off] or tahoe[:iw=N,ssthresh=N,pacing=on|off] (default: the profile's)"),
-    ("--profile", "seed|default", "transport profile (default default)"),
-    ("--packet-size", "BYTES", "data payload per packet (default: the profile's; 256 in seed, 1458 in default)"),
-    ("--idle-timeout", "DURATION", "end the connection after this long without hearing from the peer (default: the profile's)"),
-    ("--seed", "N", "seed for every random choice of the run (default 1)"),
-    ("--timeout", "DURATION", "bound on the run's virtual time (default 3600s)"),
-]
 
 
 def _add_sim_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "sim",
         help="one simulated run",
-        description="Run one transfer over a simulated link in virtual time and print what happened.",
+        description=(
+            "Run flows over simulated links in virtual time and print what happened. By default one flow over one "
+            "link (--topology line); --flows N (or --topology dumbbell:N) puts N flows through one shared bottleneck, "
+            "which the link options then describe; --scenario FILE reads any topology from a TOML file."
+        ),
     )
-    for flag, metavar, help_text in SIM_OPTIONS:
-        p.add_argument(flag, metavar=metavar, help=help_text)
+    add_arguments(p, "sim")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
     p.add_argument("--events", metavar="FILE", help="write the per-packet event log to FILE (JSON lines, qlog-style names)")
     p.set_defaults(handler=_cmd_sim)
@@ -56,10 +35,11 @@ def _add_sweep_parser(subparsers) -> None:
         help="a grid of simulated runs with trials, in parallel",
         description=(
             "Run every combination of the listed option values, each for --trials runs on distinct seeds, "
-            "in parallel. Options take comma-separated lists (--loss 10%%,20%%,30%% --arq window,fence); an "
-            "option with one value is the same for every run. Or give an experiment file (TOML). Results go to "
-            "--out: runs.jsonl/runs.csv (one row per run), summary.csv/summary.json (mean, std, 95%% CI per "
-            "condition) and experiment.toml. Re-running into the same folder skips finished runs."
+            "in parallel. Options take comma-separated lists (--loss 10%,20%,30% --arq window,fence); an "
+            "option with one value is the same for every run, and with no list at all the sweep is one condition "
+            "run --trials times. Or give an experiment file (TOML). Results go to --out: runs.jsonl/runs.csv (one "
+            "row per run), summary.csv/summary.json (mean, std, 95% CI per condition, failed runs left out of the "
+            "means and counted) and experiment.toml. Re-running into the same folder skips finished runs."
         ),
     )
     p.add_argument("experiment", nargs="?", metavar="EXPERIMENT.toml", help="experiment file (keys: name, trials, seed, workers, [grid], [fixed])")
@@ -68,10 +48,7 @@ def _add_sweep_parser(subparsers) -> None:
     p.add_argument("--workers", metavar="N", type=_positive_int("--workers"), help="parallel workers (default: one per core)")
     p.add_argument("--seed", metavar="N", type=_positive_int("--seed", allow_zero=True), help="first trial's seed (default 1)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    for flag, metavar, help_text in SIM_OPTIONS:
-        if flag == "--seed":
-            continue
-        p.add_argument(flag, metavar=metavar + "[,...]", help=help_text)
+    add_arguments(p, "sweep", sweep=True)
     p.set_defaults(handler=_cmd_sweep)
 
 
@@ -101,57 +78,23 @@ def _positive_int(flag: str, allow_zero: bool = False):
     return parse
 
 
-def _given_options(args: argparse.Namespace) -> dict:
-    out = {}
-    for flag, _, _ in SIM_OPTIONS:
-        name = flag[2:].replace("-", "_")
-        value = getattr(args, name)
-        if value is not None:
-            out[name] = value
-    return out
-
-
-def _mbit(bps: float) -> str:
-    return f"{bps / 1e6:.3f} Mbit/s" if bps >= 1e5 else f"{bps / 1e3:.1f} kbit/s"
-
-
-def format_summary(r: sim.SimResult) -> str:
-    o = r.options
-    loss = f"{o.get('loss-up', o.get('loss'))}/{o.get('loss-down', o.get('loss'))}" if o.get("loss-model") == "bernoulli" else o.get("loss-model")
-    bandwidth = o.get("rate") or (f"trace {o['trace']}" if o.get("trace") else "unlimited")
-    size = f"{r.bytes_expected:,} B" if r.workload == "bulk" else f"{o.get('messages')} messages, {r.bytes_expected:,} B"
-    lines = [
-        f"{r.workload} {size} | profile {r.profile}, arq {r.arq}, cc {r.cc}, payload {r.payload_size} B",
-        f"link: delay {o.get('delay')} ± {o.get('jitter')}, loss {loss} (up/down), {bandwidth}, queue {o.get('queue')}, dup {o.get('dup')}, seed {r.seed}",
-    ]
-    verdict = "integrity OK (SHA-256 match)" if r.integrity_ok else f"INCOMPLETE: {r.bytes_delivered:,} of {r.bytes_expected:,} B"
-    closing = "closed gracefully" if r.close_ok else "did not close gracefully"
-    lines.append(f"result: {r.status} — {verdict}, {closing}" + (f" ({r.error})" if r.error else ""))
-    lines.append(f"time to completion {r.duration_s:.3f} s (virtual), goodput {_mbit(r.goodput_bps)}")
-    lines.append(
-        f"packets sent {r.packets_sent:,}: data {r.data_packets_sent:,} (retransmissions {r.retransmissions:,}), acks {r.acks_sent:,}; peer sent {r.peer_packets_sent:,}"
-    )
-    if r.rtt_mean_ms is not None:
-        lines.append(f"RTT mean {r.rtt_mean_ms:.2f} ms, p95 {r.rtt_p95_ms:.2f} ms ({r.rtt_samples:,} samples)")
-    lines.append(
-        f"acks received {r.acks_received:,} (duplicate {r.duplicate_acks_received:,}), congestion events {r.congestion_events:,}, timeouts {r.retransmission_timeouts:,}; link drops {r.link_drops:,}"
-    )
-    return "\n".join(lines)
-
-
 def _cmd_sim(args: argparse.Namespace) -> int:
-    result = sim.run(events=args.events, **_given_options(args))
+    result = sim.run(events=args.events, **given_options(args, "sim"))
     if args.json:
-        print(json.dumps(result.as_dict() | {"options": dict(result.options)}, sort_keys=False))
+        print(json.dumps(result.to_dict(), sort_keys=False))
     else:
-        print(format_summary(result))
+        print(result.summary())
     return 0 if result.integrity_ok else 1
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from .sweep import Experiment, load_experiment, run_sweep, split_values
 
-    given = {k: split_values(v) for k, v in _given_options(args).items()}
+    given = {}
+    for key, value in given_options(args, "sweep").items():
+        # Given once: a comma-separated list of values to sweep. Given several times:
+        # one fixed value per flow (or several link events).
+        given[key] = split_values(value) if isinstance(value, str) else [list(value)]
     workers = args.workers
     if args.experiment:
         experiment, file_workers = load_experiment(args.experiment)
@@ -168,8 +111,6 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     else:
         grid = {k: v for k, v in given.items() if len(v) > 1}
         fixed = {k: v[0] for k, v in given.items() if len(v) == 1}
-        if not grid:
-            raise OptionError("sweep", "nothing to sweep: give an experiment file or an option with several values, like --loss 10%,20%")
         experiment = Experiment(grid=grid, fixed=fixed, trials=args.trials or 5, seed=1 if args.seed is None else args.seed)
     source = args.experiment or "fencepost sweep"
     outcome = run_sweep(experiment, out=args.out, workers=workers, progress=not args.quiet, source=source)

@@ -243,7 +243,7 @@ def thermal(report: Report, trials: int, workers: Optional[int], progress: bool)
         name="thermal",
         description="Bulk transfer for 20 s over 10 % loss and 10 +/- 10 ms delay on a 20 Mbit/s link.",
         grid={"cc": ["none", "tahoe"]},
-        fixed={"workload": "bulk", "duration": "20s", **link},
+        fixed={"workload": "bulk", "time": "20s", **link},
         trials=trials,
         seed=1,
     )
@@ -277,7 +277,7 @@ def thermal(report: Report, trials: int, workers: Optional[int], progress: bool)
     # Like the article's trace picture: a short stretch, so single packets show.
     windows = {"none": (1.0, 1.2), "tahoe": (0.0, 3.0)}
     for cc in ("none", "tahoe"):
-        events = _traced_run(report, f"thermal-{cc}", workload="bulk", duration="3s", cc=cc, seed=1, **link)
+        events = _traced_run(report, f"thermal-{cc}", workload="bulk", time="3s", cc=cc, seed=1, **link)
         start, end = windows[cc]
         fig = plot.time_sequence(events, start=start, end=end, title=f"THERMAL link, cc {cc}: time-sequence, {start:g}-{end:g} s (seed 1)")
         report.figure(parts, fig, f"thermal-time-sequence-{cc}", f"Time-sequence plot, cc {cc}, {start:g}-{end:g} s: transmissions, retransmissions and the fence")
@@ -303,7 +303,7 @@ def notebook(report: Report, trials: int, workers: Optional[int], progress: bool
         name="notebook",
         description="Tahoe and a fixed window on the 2.64 Mbit/s Poisson trace, 88 ms delay, 26400-byte droptail queue.",
         grid={"cc": list(strategies)},
-        fixed={"workload": "bulk", "duration": "60s", **link},
+        fixed={"workload": "bulk", "time": "60s", **link},
         trials=trials,
         seed=1,
     )
@@ -337,7 +337,7 @@ def notebook(report: Report, trials: int, workers: Optional[int], progress: bool
     _say(table.text())
     parts = report.section("(c) The congestion-control notebook: Tahoe on a trace-driven link")
     parts.append(table.html())
-    events = _traced_run(report, "notebook-tahoe", workload="bulk", duration="60s", cc="tahoe:iw=1,ssthresh=10,pacing=off", seed=1, **link)
+    events = _traced_run(report, "notebook-tahoe", workload="bulk", time="60s", cc="tahoe:iw=1,ssthresh=10,pacing=off", seed=1, **link)
     # The sender writes for 60 s; what it buffered drains after that, so plot the 60 s.
     fig = plot.congestion_window(events, packet_bytes=1472, end=60.0, title="Tahoe on the 2.64 Mbit/s trace: congestion window and ssthresh")
     report.figure(parts, fig, "notebook-cwnd", "Tahoe's congestion window and slow-start threshold (packets), unpaced as in the notebook")

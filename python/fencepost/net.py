@@ -18,7 +18,7 @@ from typing import Any, Awaitable, Callable, Optional, Tuple
 
 from . import _core
 from ._errors import FencepostError, OptionError, option_error_from_native
-from .sim import normalize_options
+from ._options import normalize_options
 
 Address = Tuple[str, int]
 

@@ -3,130 +3,141 @@
 Options are the ``fencepost sim`` options with dashes as underscores; values may
 be strings in the CLI's notation (``"10%"``, ``"50mbit"``, ``"64kB"``) or numbers,
 which are read as fractions (loss, dup), seconds (durations), bits per second
-(rate) and bytes (bytes, queue).
+(rate) and bytes (sizes). A list gives one value per flow (``cc=["tahoe",
+"none"]`` with ``flows=2``) or several link events.
+
+The result classes are built from the report schema of the native module, so
+they have exactly the fields the simulator reports, with its descriptions.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields, make_dataclass
 from typing import Any, Mapping, Optional
 
 from . import _core
 from ._errors import OptionError, option_error_from_native
+from ._options import normalize_options
 
-_DURATIONS = {"delay", "jitter", "timeout", "idle-timeout"}
-_PROBABILITIES = {"loss", "loss-up", "loss-down", "dup"}
-
-
-@dataclass(frozen=True)
-class LinkStats:
-    """What one direction of the link did with the packets offered to it."""
-
-    offered: int
-    lost: int
-    queue_dropped: int
-    duplicated: int
-    delivered: int
-    bytes_delivered: int
+_SCHEMA = json.loads(_core.report_schema())
+_TYPES = {"int": int, "float": float, "bool": bool, "str": str, "optional_float": Optional[float], "optional_str": Optional[str]}
 
 
-@dataclass(frozen=True)
-class SimResult:
-    """One simulated run. The sending side is the client (the bulk sender, or the
-    echo client whose packets the seed article counted); counters are taken when
-    the workload completed."""
-
-    status: str
-    error: Optional[str]
-    integrity_ok: bool
-    close_ok: bool
-    workload: str
-    profile: str
-    arq: str
-    cc: str
-    seed: int
-    bytes_expected: int
-    bytes_delivered: int
-    sha256: str
-    payload_size: int
-    duration_s: float
-    goodput_bps: float
-    packets_sent: int
-    data_packets_sent: int
-    retransmissions: int
-    acks_sent: int
-    keepalives_sent: int
-    handshake_packets_sent: int
-    acks_received: int
-    duplicate_acks_received: int
-    packets_presumed_lost: int
-    spurious_retransmissions: int
-    congestion_events: int
-    retransmission_timeouts: int
-    peer_packets_sent: int
-    peer_data_packets_sent: int
-    peer_acks_sent: int
-    rtt_samples: int
-    rtt_mean_ms: Optional[float]
-    rtt_p95_ms: Optional[float]
-    link_drops: int
-    link_up: LinkStats
-    link_down: LinkStats
-    end_s: float
-    wrong_bytes: int = 0
-    timeout_silence_s: Optional[float] = None
-    options: Mapping[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def from_json(cls, text: str) -> "SimResult":
-        raw = json.loads(text)
-        known = {f.name for f in fields(cls)}
-        values = {k: v for k, v in raw.items() if k in known}
-        values["link_up"] = LinkStats(**raw["link_up"])
-        values["link_down"] = LinkStats(**raw["link_down"])
-        return cls(**values)
-
-    def as_dict(self) -> dict:
-        """A flat dict of the scalar fields (link stats prefixed ``link_up_``/``link_down_``)."""
-        out: dict = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, LinkStats):
-                for sub in fields(value):
-                    out[f"{f.name}_{sub.name}"] = getattr(value, sub.name)
-            elif f.name != "options":
-                out[f.name] = value
-        return out
+def _fields(schema: list, nested: Mapping[str, Any]) -> list:
+    out = []
+    for f in schema:
+        kind = f["type"]
+        if kind in _TYPES:
+            typ = _TYPES[kind]
+        else:
+            typ = nested[kind]
+        # Fields that may be absent in reports from older builds get defaults.
+        default = field(default=None) if kind.startswith("optional") else field(default_factory=tuple) if kind in ("flows", "links", "strings") \
+            else field(default_factory=dict) if kind == "options" else None
+        out.append((f["name"], typ, default) if default is not None else (f["name"], typ))
+    return out
 
 
-def _option_value(key: str, value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        if key in _DURATIONS:
-            return f"{value}s"
-        if key == "rate":
-            return f"{value}bit"
-        return repr(value) if isinstance(value, float) else str(value)
-    return str(value)
+def _doc(title: str, schema: list) -> str:
+    return title + "\n\n" + "\n".join(f"- ``{f['name']}``: {f['help']}" for f in schema)
 
 
-def normalize_options(options: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(option, value) pairs in the CLI's notation; ``None`` values are left out."""
-    pairs = []
-    for key, value in options.items():
-        if value is None:
-            continue
-        name = key.replace("_", "-")
-        pairs.append((name, _option_value(name, value)))
-    return pairs
+LinkStats = make_dataclass("LinkStats", _fields(_SCHEMA["link_stats"], {}), frozen=True, kw_only=True)
+LinkStats.__doc__ = _doc("What one direction of the bottleneck did with the packets offered to it.", _SCHEMA["link_stats"])
+
+FlowResult = make_dataclass("FlowResult", _fields(_SCHEMA["flow"], {}), frozen=True, kw_only=True)
+FlowResult.__doc__ = _doc("One flow of a simulated run; the sending side is the flow's client.", _SCHEMA["flow"])
+
+LinkResult = make_dataclass("LinkResult", _fields(_SCHEMA["link"], {"strings": tuple}), frozen=True, kw_only=True)
+LinkResult.__doc__ = _doc("One direction of one link of a simulated run.", _SCHEMA["link"])
+
+
+def _from_json(cls, text: str) -> "SimResult":
+    raw = json.loads(text)
+    return cls.from_dict(raw)
+
+
+def _from_dict(cls, raw: Mapping[str, Any]) -> "SimResult":
+    known = {f.name for f in fields(cls)}
+    values = {k: v for k, v in raw.items() if k in known}
+    for name in ("link_up", "link_down"):
+        if name in values:
+            stats = {f.name for f in fields(LinkStats)}
+            values[name] = LinkStats(**{k: values[name].get(k, 0) for k in stats})
+    flow_names = {f.name for f in fields(FlowResult)}
+    values["flows"] = tuple(FlowResult(**{k: v for k, v in f.items() if k in flow_names}) for f in raw.get("flows", ()))
+    link_names = {f.name for f in fields(LinkResult)}
+    values["links"] = tuple(
+        LinkResult(**{k: (tuple(v) if k == "events" else v) for k, v in l.items() if k in link_names}) for l in raw.get("links", ())
+    )
+    return cls(**values)
+
+
+def _to_dict(self) -> dict:
+    """The report as the simulator wrote it (nested, JSON-ready)."""
+    out = {}
+    for f in fields(self):
+        value = getattr(self, f.name)
+        if f.name in ("link_up", "link_down"):
+            value = {s.name: getattr(value, s.name) for s in fields(value)}
+        elif f.name in ("flows", "links"):
+            value = [{s.name: (list(getattr(item, s.name)) if s.name == "events" else getattr(item, s.name)) for s in fields(item)} for item in value]
+        elif f.name == "options":
+            value = dict(value)
+        out[f.name] = value
+    return out
+
+
+def _as_dict(self) -> dict:
+    """A flat dict of the scalar fields (link stats prefixed ``link_up_``/``link_down_``;
+    the per-flow and per-link lists and the options left out)."""
+    out: dict = {}
+    for f in fields(self):
+        value = getattr(self, f.name)
+        if f.name in ("link_up", "link_down"):
+            for sub in fields(value):
+                out[f"{f.name}_{sub.name}"] = getattr(value, sub.name)
+        elif f.name not in ("options", "flows", "links"):
+            out[f.name] = value
+    return out
+
+
+def _summary(self) -> str:
+    """The human summary ``fencepost sim`` prints."""
+    return _core.report_text(json.dumps(self.to_dict()))
+
+
+SimResult = make_dataclass(
+    "SimResult",
+    _fields(_SCHEMA["flow"] + _SCHEMA["run"], {"link_stats": LinkStats, "flows": tuple, "links": tuple, "options": Mapping[str, str]}),
+    frozen=True,
+    kw_only=True,
+    namespace={
+        "from_json": classmethod(_from_json),
+        "from_dict": classmethod(_from_dict),
+        "to_dict": _to_dict,
+        "as_dict": _as_dict,
+        "summary": _summary,
+    },
+)
+SimResult.__doc__ = _doc(
+    "One simulated run. The status fields (status, error, integrity_ok, close_ok, wrong_bytes) cover every "
+    "flow; the other flow fields at the top are the first flow's; ``flows`` has every flow's.",
+    _SCHEMA["flow"] + _SCHEMA["run"],
+)
+
+for _cls in (LinkStats, FlowResult, LinkResult, SimResult):
+    _cls.__module__ = __name__  # pickles and prints as fencepost.sim.X
+
+# The numeric fields a sweep summarises per condition.
+METRICS = [f["name"] for f in _SCHEMA["flow"] + _SCHEMA["run"] if f["summarise"]]
 
 
 def check(**options: Any) -> dict[str, str]:
     """Validates options without running; returns them with defaults filled in."""
     try:
-        return dict(_core.check_options(normalize_options(options)))
+        return dict(_core.check_options("sim", normalize_options(options)))
     except ValueError as exc:
         raise option_error_from_native(exc) from None
 
@@ -147,4 +158,4 @@ def run(events: Optional[str] = None, **options: Any) -> SimResult:
     return SimResult.from_json(text)
 
 
-__all__ = ["LinkStats", "OptionError", "SimResult", "check", "normalize_options", "run"]
+__all__ = ["FlowResult", "LinkResult", "LinkStats", "METRICS", "OptionError", "SimResult", "check", "normalize_options", "run"]

@@ -25,32 +25,13 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from . import _core
 from ._errors import FencepostError, OptionError, option_error_from_native
-from .sim import SimResult, normalize_options
+from ._options import normalize_options
+from .sim import METRICS, SimResult
 
 try:  # Python 3.11+
     import tomllib
 except ModuleNotFoundError:  # pragma: no cover - older Pythons
     tomllib = None  # type: ignore[assignment]
-
-# Metrics summarised per condition (numeric fields of SimResult).
-METRICS = [
-    "packets_sent",
-    "data_packets_sent",
-    "retransmissions",
-    "acks_sent",
-    "duration_s",
-    "goodput_bps",
-    "rtt_mean_ms",
-    "rtt_p95_ms",
-    "acks_received",
-    "duplicate_acks_received",
-    "spurious_retransmissions",
-    "retransmission_timeouts",
-    "congestion_events",
-    "link_drops",
-    "peer_packets_sent",
-    "bytes_delivered",
-]
 
 EXPERIMENT_KEYS = {
     "name": "a short title",
@@ -86,6 +67,8 @@ class Experiment:
 
     def to_toml(self) -> str:
         def value(v: Any) -> str:
+            if isinstance(v, (list, tuple)):
+                return "[" + ", ".join(value(x) for x in v) + "]"
             if isinstance(v, bool):
                 return "true" if v else "false"
             if isinstance(v, (int, float)):
@@ -158,7 +141,7 @@ def validate(experiment: Experiment, source: str = "sweep") -> None:
     for condition in experiment.conditions():
         options = {**experiment.fixed, **condition, "seed": experiment.seed}
         try:
-            _core.check_options(normalize_options(options))
+            _core.check_options("sim", normalize_options(options))
         except ValueError as exc:
             error = option_error_from_native(exc)
             where = "grid" if _option_name(error.option) in map(_option_name, experiment.grid) else "fixed"
@@ -200,7 +183,8 @@ def plan(experiment: Experiment) -> list[Task]:
     for condition in experiment.conditions():
         for trial in range(experiment.trials):
             options = {**experiment.fixed, **condition, "seed": experiment.seed + trial}
-            pairs = sorted(normalize_options(options))
+            # By name, keeping the order of a name's repeated values (one per flow).
+            pairs = sorted(normalize_options(options), key=lambda pair: pair[0])
             key = hashlib.sha256(json.dumps([build, pairs]).encode()).hexdigest()[:16]
             tasks.append(Task(key, {_option_name(k): str(v) for k, v in condition.items()}, trial, pairs))
     return tasks
@@ -292,17 +276,21 @@ def summarize_values(values: Iterable[float]) -> tuple[float, float, float]:
 
 
 def summarize(rows: Sequence[Mapping[str, Any]], condition_keys: Sequence[str], metrics: Sequence[str] = METRICS) -> list[dict]:
-    """One row per condition: n, runs completed, and mean/std/ci95 of every metric."""
+    """One row per condition: n runs, how many completed and how many failed, and
+    mean/std/ci95 of every metric over the runs that completed (a failed run's
+    figures measure the failure, not the transport; it is counted, not averaged in)."""
     groups: dict[tuple, list] = {}
     for row in rows:
         groups.setdefault(tuple(row[k] for k in condition_keys), []).append(row)
     out = []
     for values, runs in groups.items():
         summary = dict(zip(condition_keys, values))
+        completed = [r for r in runs if r.get("integrity_ok")]
         summary["n"] = len(runs)
-        summary["completed"] = sum(1 for r in runs if r.get("integrity_ok"))
+        summary["completed"] = len(completed)
+        summary["failed"] = len(runs) - len(completed)
         for metric in metrics:
-            mean, std, ci = summarize_values(r.get(metric) for r in runs)
+            mean, std, ci = summarize_values(r.get(metric) for r in completed)
             summary[f"{metric}_mean"] = mean
             summary[f"{metric}_std"] = std
             summary[f"{metric}_ci95"] = ci
@@ -317,7 +305,7 @@ def _flatten(record: dict) -> dict:
     row = dict(record["condition"])
     row["trial"] = record["trial"]
     row["key"] = record["key"]
-    result = SimResult.from_json(json.dumps(record["result"]))
+    result = SimResult.from_dict(record["result"])
     for name, value in result.as_dict().items():
         row[f"{name}_effective" if name in record["condition"] else name] = value
     return row

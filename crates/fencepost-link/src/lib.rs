@@ -13,6 +13,15 @@
 //!
 //! The same model is driven in virtual time by the simulator and in real time
 //! by the emulator, so both see the same link.
+//!
+//! A driver may change the link while it runs (link events): a blackout drops
+//! every packet that enters for a while; the rate, the loss model and the delay
+//! can be replaced. The link measures what a report needs: counters, the time
+//! packets wait in the queue, and the capacity it offered.
+
+mod histogram;
+
+pub use histogram::DelayHistogram;
 
 pub mod trace;
 
@@ -108,6 +117,8 @@ pub enum LinkEventKind {
     Lost,
     /// Dropped because the queue was full.
     QueueDropped,
+    /// Dropped because it entered during a blackout.
+    BlackoutDropped,
     /// A duplicate made on entry (its own `id`; an `Enqueued` or `QueueDropped` follows).
     Duplicated,
     /// Handed to the receiver.
@@ -125,11 +136,13 @@ pub struct LinkEvent {
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct LinkStats {
     pub offered: u64,
     pub lost: u64,
     pub queue_dropped: u64,
+    /// Dropped because they entered during a blackout.
+    pub blackout_dropped: u64,
     pub duplicated: u64,
     pub delivered: u64,
     pub bytes_delivered: u64,
@@ -139,6 +152,8 @@ struct Queued<P> {
     packet: P,
     size: usize,
     id: u64,
+    /// When it entered the link (its queueing delay ends when it leaves the bottleneck).
+    admitted: Micros,
 }
 
 /// A packet on the wire: ordered by delivery time, then by entry order.
@@ -199,6 +214,14 @@ pub struct Link<P> {
     next_order: u64,
     stats: LinkStats,
     events: Option<Vec<LinkEvent>>,
+    /// Packets entering before this time are dropped (a blackout); 0 when none.
+    blackout_until: Micros,
+    queue_delay: DelayHistogram,
+    /// Capacity offered before the latest bandwidth change, in bytes, and when that change was.
+    capacity_before: f64,
+    bandwidth_since: Micros,
+    /// When a trace bottleneck started (its opportunities count from here).
+    trace_start: Micros,
 }
 
 impl<P: Clone> Link<P> {
@@ -222,6 +245,11 @@ impl<P: Clone> Link<P> {
             next_order: 0,
             stats: LinkStats::default(),
             events: None,
+            blackout_until: 0,
+            queue_delay: DelayHistogram::default(),
+            capacity_before: 0.0,
+            bandwidth_since: start,
+            trace_start: start,
         }
     }
 
@@ -237,6 +265,94 @@ impl<P: Clone> Link<P> {
     }
     pub fn queue_bytes(&self) -> u64 {
         self.queue_bytes
+    }
+
+    /// Time packets waited between entering the link and leaving the bottleneck, in microseconds.
+    pub fn queue_delay(&self) -> &DelayHistogram {
+        &self.queue_delay
+    }
+
+    /// Bytes the bottleneck could have carried from the link's start to `now`;
+    /// `None` for an unlimited link.
+    pub fn capacity_bytes(&self, now: Micros) -> Option<f64> {
+        let current = match &self.config.bandwidth {
+            Bandwidth::Unlimited => return None,
+            Bandwidth::Rate(bps) => now.saturating_sub(self.bandwidth_since) as f64 * *bps as f64 / 8e6,
+            Bandwidth::Trace(trace) => {
+                let elapsed_ms = |t: Micros| t.saturating_sub(self.trace_start) / 1000;
+                let used = trace.opportunities_until(elapsed_ms(now)).saturating_sub(trace.opportunities_until(elapsed_ms(self.bandwidth_since)));
+                used as f64 * OPPORTUNITY_BYTES as f64
+            }
+        };
+        Some(self.capacity_before + current)
+    }
+
+    // ---- changes while running (link events) ----
+
+    /// Every packet entering from `now` until `until` is dropped (counted as `blackout_dropped`);
+    /// packets already queued or on the wire carry on.
+    pub fn blackout(&mut self, now: Micros, until: Micros) {
+        self.advance(now);
+        self.blackout_until = self.blackout_until.max(until);
+    }
+
+    /// From `now` on, the bottleneck is `bandwidth`. A packet being serialized starts over under the new one.
+    pub fn set_bandwidth(&mut self, now: Micros, bandwidth: Bandwidth) {
+        self.advance(now);
+        self.capacity_before = self.capacity_bytes(now).unwrap_or(0.0);
+        self.bandwidth_since = now;
+        // Whatever the bottleneck was carrying goes back to the head of the queue.
+        let carried = match std::mem::replace(&mut self.bottleneck, Bottleneck::Unlimited) {
+            Bottleneck::Rate { current, .. } => current.map(|(item, _)| item),
+            Bottleneck::Trace { current, .. } => current.map(|(item, _)| item),
+            Bottleneck::Unlimited => None,
+        };
+        if let Some(item) = carried {
+            self.queue_bytes += item.size as u64;
+            self.queue.push_front(item);
+        }
+        self.bottleneck = match &bandwidth {
+            Bandwidth::Unlimited => Bottleneck::Unlimited,
+            Bandwidth::Rate(bps) => Bottleneck::Rate { bits_per_second: (*bps).max(1), current: None },
+            Bandwidth::Trace(trace) => Bottleneck::Trace { trace: trace.clone(), next: 0, base: now, current: None },
+        };
+        if matches!(bandwidth, Bandwidth::Trace(_)) {
+            self.trace_start = now;
+        }
+        self.config.bandwidth = bandwidth;
+        // Restart service: a new rate takes the head of the queue now; unlimited flushes it.
+        self.restart_service(now);
+    }
+
+    /// From `now` on, packets entering meet this loss model.
+    pub fn set_loss(&mut self, loss: LossModel) {
+        self.config.loss = loss;
+        self.bad_state = false;
+    }
+
+    /// Packets leaving the bottleneck from now on get this propagation delay.
+    pub fn set_delay(&mut self, delay: Micros) {
+        self.config.delay = delay;
+    }
+
+    fn restart_service(&mut self, now: Micros) {
+        match &mut self.bottleneck {
+            Bottleneck::Unlimited => {
+                while let Some(item) = self.pop_queue() {
+                    self.put_on_wire(now, item);
+                }
+            }
+            Bottleneck::Rate { bits_per_second, current } if current.is_none() => {
+                let bps = *bits_per_second;
+                if let Some(item) = self.pop_queue() {
+                    let done = now + serialization_time(item.size, bps);
+                    if let Bottleneck::Rate { current, .. } = &mut self.bottleneck {
+                        *current = Some((item, done));
+                    }
+                }
+            }
+            _ => {}
+        }
     }
 
     /// Starts (or stops) recording per-packet events.
@@ -283,6 +399,11 @@ impl<P: Clone> Link<P> {
         let id = self.next_id;
         self.next_id += 1;
         self.stats.offered += 1;
+        if now < self.blackout_until {
+            self.stats.blackout_dropped += 1;
+            self.record(now, LinkEventKind::BlackoutDropped, id, size);
+            return;
+        }
         if self.draw_loss() {
             self.stats.lost += 1;
             self.record(now, LinkEventKind::Lost, id, size);
@@ -293,10 +414,10 @@ impl<P: Clone> Link<P> {
             self.next_id += 1;
             self.stats.duplicated += 1;
             self.record(now, LinkEventKind::Duplicated, copy_id, size);
-            self.admit(now, Queued { packet: packet.clone(), size, id });
-            self.admit(now, Queued { packet, size, id: copy_id });
+            self.admit(now, Queued { packet: packet.clone(), size, id, admitted: now });
+            self.admit(now, Queued { packet, size, id: copy_id, admitted: now });
         } else {
-            self.admit(now, Queued { packet, size, id });
+            self.admit(now, Queued { packet, size, id, admitted: now });
         }
     }
 
@@ -338,6 +459,7 @@ impl<P: Clone> Link<P> {
 
     /// The packet left the bottleneck at `left`: add propagation delay and jitter.
     fn put_on_wire(&mut self, left: Micros, item: Queued<P>) {
+        self.queue_delay.record(left.saturating_sub(item.admitted));
         let mut delay = self.config.delay as i64;
         if self.config.jitter > 0 {
             let j = self.config.jitter as f64;
@@ -553,6 +675,52 @@ mod tests {
         let delivered = drain(&mut ordered, u64::MAX);
         assert!(delivered.windows(2).all(|w| w[0].1 < w[1].1));
         assert!(delivered.iter().all(|&(t, p)| t >= p * 100), "never earlier than sent");
+    }
+
+    #[test]
+    fn events_change_the_link_while_it_runs() {
+        // 1 Mbit/s: a 125-byte packet takes 1 ms.
+        let config = LinkConfig { delay: 1_000, bandwidth: Bandwidth::Rate(1_000_000), ..Default::default() };
+        let mut link = Link::new(config, 1, 0);
+        link.enqueue(5_000, 5_000, 125);
+        link.blackout(10_000, 20_000);
+        for t in [10_000, 15_000, 19_999, 20_000] {
+            link.enqueue(t, t, 125);
+        }
+        assert_eq!(link.stats().blackout_dropped, 3);
+        assert_eq!(drain(&mut link, u64::MAX), vec![(7_000, 5_000), (22_000, 20_000)]);
+        // Ten times the rate from 30 ms: a packet takes 100 us.
+        link.set_bandwidth(30_000, Bandwidth::Rate(10_000_000));
+        link.enqueue(30_000, 1, 125);
+        link.enqueue(30_000, 2, 125);
+        assert_eq!(drain(&mut link, u64::MAX), vec![(31_100, 1), (31_200, 2)]);
+        // 30 ms at 1 Mbit/s plus 10 ms at 10 Mbit/s.
+        let capacity = link.capacity_bytes(40_000).unwrap();
+        assert!((capacity - (3_750.0 + 12_500.0)).abs() < 1e-6, "{capacity}");
+        link.set_delay(5_000);
+        link.set_loss(LossModel::Bernoulli(1.0));
+        link.enqueue(50_000, 3, 125);
+        assert_eq!(link.stats().lost, 1);
+        // Sojourn from entering the link to leaving the bottleneck: 1 ms for the slow-rate packets,
+        // 100 us and (after waiting 100 us behind the first) 200 us for the pair.
+        assert_eq!(link.queue_delay().count(), 4);
+        // (Within the histogram's 3 % resolution.)
+        assert!((97..=103).contains(&link.queue_delay().quantile(0.25).unwrap()));
+        assert!((194..=206).contains(&link.queue_delay().quantile(0.5).unwrap()));
+        assert_eq!(link.queue_delay().quantile(1.0), Some(1_000));
+        assert_eq!(Link::<u64>::new(LinkConfig::default(), 1, 0).capacity_bytes(1_000), None);
+    }
+
+    #[test]
+    fn a_rate_change_restarts_the_packet_on_the_bottleneck() {
+        let config = LinkConfig { bandwidth: Bandwidth::Rate(1_000_000), ..Default::default() };
+        let mut link = Link::new(config, 1, 0);
+        link.enqueue(0, 1, 1_250); // 10 ms at 1 Mbit/s
+        link.set_bandwidth(5_000, Bandwidth::Rate(10_000_000));
+        assert_eq!(drain(&mut link, u64::MAX), vec![(6_000, 1)], "restarted at 5 ms, 1 ms at the new rate");
+        let trace = Arc::new(Trace::parse("1\n").unwrap());
+        link.set_bandwidth(10_000, Bandwidth::Trace(trace));
+        assert!((link.capacity_bytes(20_000).unwrap() - (5_000.0 * 1e6 / 8e6 + 5_000.0 * 1e7 / 8e6 + 10.0 * 1504.0)).abs() < 1e-6);
     }
 
     #[test]

@@ -101,6 +101,14 @@ impl Trace {
         Trace { times_ms }
     }
 
+    /// Opportunities in the first `elapsed_ms` milliseconds of the trace (repetitions included).
+    pub fn opportunities_until(&self, elapsed_ms: u64) -> u64 {
+        let period = self.period_ms();
+        let full = elapsed_ms / period;
+        let within = elapsed_ms % period;
+        full * self.times_ms.len() as u64 + self.times_ms.partition_point(|&t| t <= within) as u64
+    }
+
     pub fn times_ms(&self) -> &[u64] {
         &self.times_ms
     }
@@ -144,6 +152,17 @@ mod tests {
         assert_eq!(Trace::parse("0\n0\n").unwrap_err().line, 2);
         assert_eq!(Trace::parse("").unwrap_err().line, 0);
         assert_eq!(Trace::parse("-3\n").unwrap_err().line, 1);
+    }
+
+    #[test]
+    fn counts_opportunities_across_repetitions() {
+        let t = Trace::parse("1\n1\n3\n").unwrap();
+        assert_eq!(t.opportunities_until(0), 0);
+        assert_eq!(t.opportunities_until(1), 2);
+        assert_eq!(t.opportunities_until(2), 2);
+        assert_eq!(t.opportunities_until(3), 3);
+        assert_eq!(t.opportunities_until(4), 5, "the repetition's first millisecond");
+        assert_eq!(t.opportunities_until(30), 30);
     }
 
     #[test]

@@ -83,9 +83,11 @@ async fn two_hundred_concurrent_echo_connections_complete_byte_exact() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_vanished_server_ends_the_transfer_within_the_idle_timeout() {
     let idle = Duration::from_secs(2);
-    let mut transport = TransportConfig::default();
-    transport.idle_timeout = ProtoDuration::from_micros(idle.as_micros() as u64);
-    transport.keepalive_interval = Some(ProtoDuration::from_millis(500));
+    let transport = TransportConfig {
+        idle_timeout: ProtoDuration::from_micros(idle.as_micros() as u64),
+        keepalive_interval: Some(ProtoDuration::from_millis(500)),
+        ..TransportConfig::default()
+    };
     let (server, _) = server(false, transport.clone()).await;
     let client = Endpoint::bind(localhost(), EndpointConfig::client(transport)).await.unwrap();
     let target = server.local_addr();

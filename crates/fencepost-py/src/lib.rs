@@ -1,12 +1,15 @@
-//! The native module `fencepost._core`: the simulator and the wire codec for
-//! Python. Long calls release the GIL. Errors cross as `ValueError(option, message)`
-//! for bad options, which `fencepost` turns into its own exception types.
+//! The native module `fencepost._core`: the simulator, the option registry,
+//! the report schema and the wire codec for Python. Long calls release the
+//! GIL. Errors cross as `ValueError(option, message)` for bad options, which
+//! `fencepost` turns into its own exception types.
 
 mod net;
 
 use fencepost_link::Trace;
 use fencepost_sim::events::JsonlWriter;
 use fencepost_sim::{Scenario, Simulation};
+use fencepost_spec::options::{Command, Given};
+use fencepost_spec::report::RunReport;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use std::path::PathBuf;
@@ -85,18 +88,47 @@ fn generate_trace(kind: &str, bits_per_second: u64, duration_ms: u64, seed: u64)
     }
 }
 
-/// Checks options without running anything: raises `ValueError(option, message)` on the first bad one.
-#[pyfunction]
-fn check_options(options: Vec<(String, String)>) -> PyResult<Vec<(String, String)>> {
-    let scenario = Scenario::from_options(options.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .map_err(|e| PyValueError::new_err((e.option, e.message)))?;
-    Ok(scenario.options.into_iter().collect())
+fn command(name: &str) -> PyResult<Command> {
+    Command::parse(name).ok_or_else(|| PyValueError::new_err(format!("{name:?} is not a command; accepted: sim, sweep, send, serve, echo-bench")))
 }
 
-/// The option names a scenario accepts, with their defaults ("" = none).
+/// Checks options for `command` without running anything: raises
+/// `ValueError(option, message)` on the first bad one. For `sim` and `sweep`
+/// returns the run's options with defaults filled in; for the others, the options
+/// as given under their canonical names.
 #[pyfunction]
-fn scenario_options() -> Vec<(&'static str, &'static str)> {
-    fencepost_sim::scenario::OPTIONS.to_vec()
+fn check_options(command_name: &str, options: Vec<(String, String)>) -> PyResult<Vec<(String, String)>> {
+    let pairs = options.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+    let err = |e: fencepost_spec::OptionError| PyValueError::new_err((e.option, e.message));
+    match command(command_name)? {
+        Command::Sim | Command::Sweep => Ok(Scenario::from_options(pairs).map_err(err)?.options.into_iter().collect()),
+        tool => {
+            fencepost_spec::tools::tool_options(tool, pairs.clone()).map_err(err)?;
+            Ok(Given::parse(tool, pairs).map_err(err)?.pairs().to_vec())
+        }
+    }
+}
+
+/// Every option of every command, as JSON: a list of objects with name, scope,
+/// kind, metavar, default, help, choices, commands, per_flow, per_direction,
+/// repeatable and aliases.
+#[pyfunction]
+fn option_specs() -> String {
+    serde_json::to_string(fencepost_spec::OPTIONS).expect("the registry serializes")
+}
+
+/// The report's fields as JSON: `{"flow": [...], "run": [...], "link": [...]}`,
+/// each field with name, type, summarise and help.
+#[pyfunction]
+fn report_schema() -> String {
+    fencepost_spec::report::schema().to_string()
+}
+
+/// The human summary of a report given as JSON (what `fencepost sim` prints).
+#[pyfunction]
+fn report_text(report: &str) -> PyResult<String> {
+    let report = RunReport::from_json(report).map_err(|e| PyValueError::new_err(format!("not a fencepost report: {e}")))?;
+    Ok(report.to_text())
 }
 
 /// Parses one datagram; returns the packet type's name, or raises ValueError naming what is wrong.
@@ -113,7 +145,9 @@ fn decode_packet(data: &[u8]) -> PyResult<String> {
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(simulate, m)?)?;
     m.add_function(wrap_pyfunction!(check_options, m)?)?;
-    m.add_function(wrap_pyfunction!(scenario_options, m)?)?;
+    m.add_function(wrap_pyfunction!(option_specs, m)?)?;
+    m.add_function(wrap_pyfunction!(report_schema, m)?)?;
+    m.add_function(wrap_pyfunction!(report_text, m)?)?;
     m.add_function(wrap_pyfunction!(decode_packet, m)?)?;
     m.add_function(wrap_pyfunction!(generate_trace, m)?)?;
     m.add_function(wrap_pyfunction!(net::echo_bench, m)?)?;

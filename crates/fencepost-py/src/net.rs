@@ -3,7 +3,8 @@
 
 use fencepost_net::tools::{self, Amount};
 use fencepost_net::{Connection, Endpoint, EndpointConfig, NetError};
-use fencepost_sim::scenario::transport_from_options;
+use fencepost_spec::options::Command;
+use fencepost_spec::tools::{tool_options, transport_from_options, ToolOptions};
 use pyo3::exceptions::{PyConnectionError, PyOSError, PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -99,6 +100,16 @@ fn resolve(host: &str, port: u16) -> PyResult<SocketAddr> {
         .map_err(|e| PyOSError::new_err(format!("cannot resolve {host}:{port}: {e}")))?
         .next()
         .ok_or_else(|| PyOSError::new_err(format!("{host}:{port} resolves to no address")))
+}
+
+fn parse_tool(command: Command, options: &[(String, String)]) -> PyResult<ToolOptions> {
+    tool_options(command, options.iter().map(|(k, v)| (k.as_str(), v.as_str()))).map_err(|e| PyValueError::new_err((e.option, e.message)))
+}
+
+fn tool_endpoint(server: bool, tool: &ToolOptions) -> EndpointConfig {
+    let mut config = if server { EndpointConfig::server(tool.transport.clone()) } else { EndpointConfig::client(tool.transport.clone()) };
+    config.connect_timeout = Duration::from_micros(tool.connect_timeout.total_micros());
+    config
 }
 
 fn endpoint_config(server: bool, options: &[(String, String)], connect_timeout: Option<f64>) -> PyResult<EndpointConfig> {
@@ -333,7 +344,7 @@ impl PyServer {
     #[pyo3(signature = (host, port, echo, options=Vec::new()))]
     fn start(py: Python<'_>, host: &str, port: u16, echo: bool, options: Vec<(String, String)>) -> PyResult<Self> {
         let addr = resolve(host, port)?;
-        let config = endpoint_config(true, &options, None)?;
+        let config = tool_endpoint(true, &parse_tool(Command::Serve, &options)?);
         let endpoint = block_on(py, Endpoint::bind(addr, config), None, "bind")?.map_err(net_error)?;
         let (tx, rx) = mpsc::channel();
         let tx = Arc::new(Mutex::new(tx));
@@ -372,32 +383,27 @@ impl PyServer {
 /// A running `send`: poll it for interval reports and, at the end, the summary.
 #[pyclass(name = "Sender", module = "fencepost._core", frozen)]
 pub struct PySender {
+    /// What it was asked to send: (bytes, seconds), one of them set.
+    amount: (Option<u64>, Option<f64>),
     intervals: Mutex<mpsc::Receiver<String>>,
     done: Mutex<Option<tokio::task::JoinHandle<Result<tools::SendSummary, NetError>>>>,
 }
 
 #[pymethods]
 impl PySender {
-    /// Starts sending to host:port: `bytes`, or for `seconds`.
+    /// Starts sending to host:port, as `send`'s options (`bytes` or `time`, `interval`, transport) say.
     #[staticmethod]
-    #[pyo3(signature = (host, port, bytes=None, seconds=None, interval=1.0, options=Vec::new(), connect_timeout=None))]
-    fn start(
-        py: Python<'_>,
-        host: &str,
-        port: u16,
-        bytes: Option<u64>,
-        seconds: Option<f64>,
-        interval: f64,
-        options: Vec<(String, String)>,
-        connect_timeout: Option<f64>,
-    ) -> PyResult<Self> {
+    #[pyo3(signature = (host, port, options=Vec::new()))]
+    fn start(py: Python<'_>, host: &str, port: u16, options: Vec<(String, String)>) -> PyResult<Self> {
+        let tool = parse_tool(Command::Send, &options)?;
         let target = resolve(host, port)?;
-        let amount = match (bytes, seconds) {
-            (Some(b), None) => Amount::Bytes(b),
-            (None, Some(s)) if s > 0.0 && s.is_finite() => Amount::Time(Duration::from_secs_f64(s)),
-            _ => return Err(PyValueError::new_err(("bytes".to_string(), "give exactly one of bytes or a positive time".to_string()))),
+        let amount = match tool.amount {
+            Some(fencepost_spec::tools::Amount::Bytes(b)) => Amount::Bytes(b),
+            Some(fencepost_spec::tools::Amount::Time(t)) => Amount::Time(Duration::from_micros(t.total_micros())),
+            None => unreachable!("send's options always carry an amount"),
         };
-        let config = endpoint_config(false, &options, connect_timeout)?;
+        let interval = tool.interval.as_secs_f64();
+        let config = tool_endpoint(false, &tool);
         let bind: SocketAddr = if target.is_ipv4() { "0.0.0.0:0".parse() } else { "[::]:0".parse() }.expect("a literal address");
         let endpoint = block_on(py, Endpoint::bind(bind, config), None, "bind")?.map_err(net_error)?;
         let (tx, rx) = mpsc::channel();
@@ -412,7 +418,11 @@ impl PySender {
             endpoint.shutdown();
             result
         });
-        Ok(PySender { intervals: Mutex::new(rx), done: Mutex::new(Some(task)) })
+        let asked = match amount {
+            Amount::Bytes(b) => (Some(b), None),
+            Amount::Time(t) => (None, Some(t.as_secs_f64())),
+        };
+        Ok(PySender { amount: asked, intervals: Mutex::new(rx), done: Mutex::new(Some(task)) })
     }
 
     /// (interval reports so far, the summary JSON once finished or None). Raises the
@@ -433,6 +443,11 @@ impl PySender {
         Ok((out, None))
     }
 
+    /// What it was asked to send: (bytes, seconds), one of them None.
+    fn amount(&self) -> (Option<u64>, Option<f64>) {
+        self.amount
+    }
+
     /// Stops the transfer (Ctrl-C).
     fn cancel(&self) {
         if let Ok(mut done) = self.done.lock() {
@@ -443,20 +458,15 @@ impl PySender {
     }
 }
 
-/// The seed article's echo benchmark against host:port; returns the result as JSON.
+/// The seed article's echo benchmark against host:port (`messages`, `seed`,
+/// `connect-timeout` and transport options); returns the result as JSON.
 #[pyfunction]
-#[pyo3(signature = (host, port, messages=1000, seed=1, options=Vec::new(), connect_timeout=None))]
-pub fn echo_bench(
-    py: Python<'_>,
-    host: &str,
-    port: u16,
-    messages: u32,
-    seed: u64,
-    options: Vec<(String, String)>,
-    connect_timeout: Option<f64>,
-) -> PyResult<String> {
+#[pyo3(signature = (host, port, options=Vec::new()))]
+pub fn echo_bench(py: Python<'_>, host: &str, port: u16, options: Vec<(String, String)>) -> PyResult<String> {
+    let tool = parse_tool(Command::EchoBench, &options)?;
+    let (messages, seed) = (tool.messages, tool.seed);
     let target = resolve(host, port)?;
-    let config = endpoint_config(false, &options, connect_timeout)?;
+    let config = tool_endpoint(false, &tool);
     let bind: SocketAddr = if target.is_ipv4() { "0.0.0.0:0".parse() } else { "[::]:0".parse() }.expect("a literal address");
     let endpoint = block_on(py, Endpoint::bind(bind, config), None, "bind")?.map_err(net_error)?;
     let result = block_on(

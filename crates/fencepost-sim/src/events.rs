@@ -2,11 +2,14 @@
 //! names taken from qlog (draft-ietf-quic-qlog-main-schema) where qlog has one:
 //! `transport:packet_sent`, `transport:packet_received`, `recovery:packet_lost`,
 //! `recovery:metrics_updated`; fencepost's own events use the `fencepost:` and
-//! `link:` prefixes. Times are seconds of virtual time.
+//! `link:` prefixes. Times are seconds of virtual time. Connection events name
+//! their flow (`flow`, from 1) and end (`side`: client or server); link events
+//! their link (`link`) and direction (`side`: link-up or link-down).
 
-use crate::world::{Direction, Role, TraceSink};
+use crate::world::{Role, TraceSink};
 use fencepost_link::{LinkEvent, LinkEventKind};
 use fencepost_proto::TraceEvent;
+use fencepost_spec::Direction;
 use serde_json::{json, Value};
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -55,8 +58,14 @@ fn packet_type(t: fencepost_proto::wire::PacketType) -> String {
     format!("{t:?}").to_lowercase()
 }
 
-/// One trace event as a flat JSON object.
-pub fn event_json(role: Role, event: &TraceEvent) -> Value {
+/// One trace event of flow `flow` as a flat JSON object.
+pub fn event_json(flow: usize, role: Role, event: &TraceEvent) -> Value {
+    let mut value = event_fields(role, event);
+    value["flow"] = json!(flow);
+    value
+}
+
+fn event_fields(role: Role, event: &TraceEvent) -> Value {
     match event {
         TraceEvent::PacketSent { time, packet_type: t, seq, size, retransmission } => json!({
             "time": time.as_secs_f64(), "side": side(role), "name": "transport:packet_sent",
@@ -87,25 +96,26 @@ pub fn event_json(role: Role, event: &TraceEvent) -> Value {
 }
 
 impl TraceSink for JsonlWriter {
-    fn record(&mut self, role: Role, event: &TraceEvent) {
-        let value = event_json(role, event);
+    fn record(&mut self, flow: usize, role: Role, event: &TraceEvent) {
+        let value = event_json(flow, role, event);
         self.write(&value);
     }
 
-    fn record_link(&mut self, direction: Direction, event: &LinkEvent) {
+    fn record_link(&mut self, link: &str, direction: Direction, event: &LinkEvent) {
         let trigger = match event.kind {
             LinkEventKind::Lost => "random_loss",
             LinkEventKind::QueueDropped => "queue_overflow",
+            LinkEventKind::BlackoutDropped => "blackout",
             LinkEventKind::Duplicated => "duplicated",
             _ => return,
         };
         let name = if event.kind == LinkEventKind::Duplicated { "link:packet_duplicated" } else { "link:packet_dropped" };
-        let link = match direction {
+        let side = match direction {
             Direction::Up => "link-up",
             Direction::Down => "link-down",
         };
         let value = json!({
-            "time": event.time as f64 / 1e6, "side": link, "name": name, "trigger": trigger, "length": event.size,
+            "time": event.time as f64 / 1e6, "side": side, "link": link, "name": name, "trigger": trigger, "length": event.size,
         });
         self.write(&value);
     }

@@ -1,22 +1,24 @@
-//! The simulated world: a client and a server endpoint joined by one link per
-//! direction, run in virtual time. The clock jumps to the next deadline of any
-//! endpoint, link or application; nothing ever sleeps. Every random choice
-//! derives from the scenario's seed, so a run is reproducible bit for bit.
+//! The simulated world: hosts joined by links, flows between hosts, run in
+//! virtual time. Each link direction is a [`fencepost_link::Link`]; a packet
+//! crosses the links of its flow's path one after another (hosts in between
+//! forward it at once). Each flow has a client endpoint and a server endpoint
+//! with an application on each. The clock jumps to the next deadline of any
+//! endpoint, link, application or link event; nothing ever sleeps. Every random
+//! choice derives from the scenario's seed, so a run is reproducible bit for bit.
 
-use crate::report::{rtt_summary, SimReport};
-use crate::scenario::{Scenario, Workload};
-use fencepost_link::Link;
+use crate::apps::{self, ClientApp, FlowIo, ServerApp};
+use crate::digest::StreamDigests;
+use crate::pattern::BulkPattern;
+use fencepost_link::{Bandwidth, Link, LinkEvent, LossModel};
 use fencepost_proto::{
-    ConnectionError, ConnectionHandle, ConnectionStats, DatagramEvent, Endpoint, EndpointConfig, Instant, ReadError, State,
-    TraceEvent,
+    ConnectionError, ConnectionHandle, ConnectionStats, DatagramEvent, Endpoint, EndpointConfig, Instant, State, TraceEvent,
 };
-use rand_core::{Rng, SeedableRng};
-use rand_xoshiro::Xoshiro256PlusPlus;
+use fencepost_spec::report::{jain_index, rtt_summary, FlowReport, LinkReport, RunReport};
+use fencepost_spec::{describe_cc, Direction, FlowSpec, Hop, LinkAction, LinkEventSpec, Scenario, Workload};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use crate::digest::{Stream, StreamDigests};
-use crate::pattern::BulkPattern;
 
+/// Addresses inside a flow: its client endpoint and its server endpoint.
 const CLIENT: u8 = 0;
 const SERVER: u8 = 1;
 /// Consecutive steps at one instant before the run is declared stuck (a bug, not a network condition).
@@ -30,28 +32,40 @@ fn sub_seed(seed: u64, stream: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// Which endpoint a trace record came from.
+/// Random streams of flow `flow` (client endpoint, server endpoint, application) and of
+/// link `link`'s two directions. The first flow and link keep the streams a one-link run always had.
+fn flow_seeds(seed: u64, flow: usize) -> [u64; 3] {
+    if flow == 0 {
+        [sub_seed(seed, 1), sub_seed(seed, 2), sub_seed(seed, 5)]
+    } else {
+        let base = 1_000 + 10 * flow as u64;
+        [sub_seed(seed, base + 1), sub_seed(seed, base + 2), sub_seed(seed, base + 5)]
+    }
+}
+
+fn link_seeds(seed: u64, link: usize) -> [u64; 2] {
+    if link == 0 {
+        [sub_seed(seed, 3), sub_seed(seed, 4)]
+    } else {
+        let base = 1_000_000 + 10 * link as u64;
+        [sub_seed(seed, base + 3), sub_seed(seed, base + 4)]
+    }
+}
+
+/// Which end of a flow a trace record came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
     Client,
     Server,
 }
 
-/// Which link a link event happened on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Direction {
-    /// Client to server.
-    Up,
-    /// Server to client.
-    Down,
-}
-
 /// Receives per-packet trace events while a run goes on.
 pub trait TraceSink: Send {
-    fn record(&mut self, role: Role, event: &TraceEvent);
-    /// Drops and duplications on the links.
-    fn record_link(&mut self, direction: Direction, event: &fencepost_link::LinkEvent) {
-        let _ = (direction, event);
+    /// An event of flow `flow` (numbered from 1) at one of its ends.
+    fn record(&mut self, flow: usize, role: Role, event: &TraceEvent);
+    /// Drops, duplications and deliveries on a link direction.
+    fn record_link(&mut self, link: &str, direction: Direction, event: &LinkEvent) {
+        let _ = (link, direction, event);
     }
     /// The run is over; report anything that went wrong while recording.
     fn finish(self: Box<Self>) -> std::io::Result<()> {
@@ -59,111 +73,102 @@ pub trait TraceSink: Send {
     }
 }
 
-/// The client's application.
-enum ClientApp {
-    Bulk {
-        remaining: u64,
-        /// A timed transfer stops writing at this instant.
-        write_until: Option<Instant>,
-        written: u64,
-        pattern: BulkPattern,
-        chunk: Vec<u8>,
-        chunk_pos: usize,
-        /// Stream offset of `chunk[0]`.
-        chunk_offset: u64,
-        closed: bool,
-    },
-    Echo {
-        messages_left: u32,
-        next_at: Instant,
-        rng: Xoshiro256PlusPlus,
-        /// Bytes of the current message not yet accepted by the send buffer.
-        pending: Vec<u8>,
-        sent_total: u64,
-        received: u64,
-        closed: bool,
-    },
+/// A datagram crossing the topology: which flow, which way, and how far along its path.
+#[derive(Clone)]
+struct InTransit {
+    flow: u32,
+    to_server: bool,
+    hop: u16,
+    datagram: Vec<u8>,
 }
 
-/// Regenerates what the receiving application must see, to catch a wrong byte the moment it is read.
-enum Verifier {
-    /// The bulk stream, regenerated from the client's seed in the same 64 KiB chunks.
-    Bulk { pattern: BulkPattern, chunk: Vec<u8>, pos: usize, offset: u64 },
-    /// Echo: the bytes the client sent and has not yet had back.
-    Echo { unechoed: std::collections::VecDeque<u8> },
+/// One direction of one link.
+struct Channel {
+    link: Link<InTransit>,
+    name: String,
+    direction: Direction,
+    from: usize,
+    to: usize,
+    /// Link events applied, as the report lists them.
+    applied: Vec<String>,
+    /// Bytes delivered when the last workload completed (utilisation counts until then).
+    delivered_at_completion: Option<u64>,
 }
 
-impl Verifier {
-    /// Counts the bytes of `got` that differ from what should come next.
-    fn check(&mut self, got: &[u8]) -> u64 {
-        let mut wrong = 0u64;
-        match self {
-            Verifier::Bulk { pattern, chunk, pos, offset } => {
-                let mut rest = got;
-                while !rest.is_empty() {
-                    if *pos == chunk.len() {
-                        *offset = offset.wrapping_add(chunk.len() as u64);
-                        pattern.fill(*offset, chunk);
-                        *pos = 0;
-                    }
-                    let n = rest.len().min(chunk.len() - *pos);
-                    let (got, expected) = (&rest[..n], &chunk[*pos..*pos + n]);
-                    // Compare whole slices first (memcmp); count differing bytes only on a mismatch.
-                    if got != expected {
-                        wrong += got.iter().zip(expected).filter(|(a, b)| a != b).count() as u64;
-                    }
-                    *pos += n;
-                    rest = &rest[n..];
-                }
-            }
-            Verifier::Echo { unechoed } => {
-                for &b in got {
-                    match unechoed.pop_front() {
-                        Some(expected) if expected == b => {}
-                        _ => wrong += 1,
-                    }
-                }
-            }
-        }
-        wrong
-    }
-}
-
-struct Outcome {
-    completed_at: Option<Instant>,
-    client_stats: ConnectionStats,
-    server_stats: ConnectionStats,
+/// The counters of a flow, taken when its workload completed.
+#[derive(Default)]
+struct Snapshot {
+    client: ConnectionStats,
+    server: ConnectionStats,
     rtt_samples: Vec<u32>,
     payload_size: usize,
-    /// Bytes read by an application that differ from what was sent (must stay 0).
-    wrong_bytes: u64,
-    /// A timed bulk transfer: bytes the server had read when the writing time ended.
-    delivered_at_deadline: Option<u64>,
+}
+
+struct Flow {
+    spec: FlowSpec,
+    client: Endpoint<u8>,
+    server: Endpoint<u8>,
+    client_conn: Option<ConnectionHandle>,
+    server_conn: Option<ConnectionHandle>,
+    client_app: Box<dyn ClientApp>,
+    server_app: Box<dyn ServerApp>,
+    io: FlowIo,
+    pattern: Option<BulkPattern>,
+    snapshot: Snapshot,
+    /// (status, error, when) once the flow is over.
+    ended: Option<(String, Option<String>, Instant)>,
+    last_rx_client: Instant,
+    last_rx_server: Instant,
+}
+
+impl Flow {
+    fn start(&self) -> Instant {
+        Instant::ZERO + self.spec.start
+    }
+
+    fn take_snapshot(&mut self) {
+        if let Some(c) = self.client_conn.and_then(|h| self.client.connection(h)) {
+            self.snapshot.client = c.stats().clone();
+            self.snapshot.rtt_samples = c.rtt_samples().to_vec();
+            self.snapshot.payload_size = c.payload_size();
+        }
+        if let Some(s) = self.server_conn.and_then(|h| self.server.connection(h)) {
+            self.snapshot.server = s.stats().clone();
+        }
+    }
+
+    fn state(endpoint: &Endpoint<u8>, handle: Option<ConnectionHandle>) -> Option<(State, Option<ConnectionError>)> {
+        let conn = endpoint.connection(handle?)?;
+        Some((conn.state(), conn.error().cloned()))
+    }
+
+    /// The flow's end, if it has come: (status, error message).
+    fn outcome(&self) -> Option<(String, Option<String>)> {
+        let client = Self::state(&self.client, self.client_conn);
+        let server = Self::state(&self.server, self.server_conn);
+        for (who, side) in [("client", &client), ("server", &server)] {
+            if let Some((State::Lost, Some(error))) = side {
+                let status = match error {
+                    ConnectionError::TimedOut { .. } => "timeout",
+                    ConnectionError::Reset(_) | ConnectionError::LocallyReset => "reset",
+                };
+                return Some((status.to_string(), Some(format!("{who}: {error}"))));
+            }
+        }
+        let closed = |s: &Option<(State, Option<ConnectionError>)>| matches!(s, Some((State::Closed | State::Drained, _)));
+        (self.io.completed_at.is_some() && closed(&client) && closed(&server)).then(|| ("ok".to_string(), None))
+    }
 }
 
 pub struct Simulation {
     scenario: Scenario,
     now: Instant,
-    client: Endpoint<u8>,
-    server: Endpoint<u8>,
-    up: Link<Vec<u8>>,
-    down: Link<Vec<u8>>,
-    client_conn: ConnectionHandle,
-    server_conn: Option<ConnectionHandle>,
-    app: ClientApp,
-    digests: StreamDigests,
-    bytes_expected: u64,
-    /// Server side: bytes read (bulk) and echo bytes still to write back.
-    server_received: u64,
-    server_backlog: Vec<u8>,
-    server_closed: bool,
-    /// Independent check of every byte delivered, as it is delivered (not just the final hash).
-    verifier: Verifier,
-    last_rx_client: Instant,
-    last_rx_server: Instant,
-    outcome: Outcome,
+    channels: Vec<Channel>,
+    flows: Vec<Flow>,
+    /// Link events, earliest first, and how many have been applied.
+    events: Vec<LinkEventSpec>,
+    next_event: usize,
     buf: Vec<u8>,
-    read_buf: Vec<u8>,
     /// Datagram buffers back from the links, reused to spare an allocation per packet.
     pool: Vec<Vec<u8>>,
     trace: Option<Box<dyn TraceSink>>,
@@ -171,92 +176,70 @@ pub struct Simulation {
     hash_thread: bool,
 }
 
+fn channel_index(hop: Hop) -> usize {
+    2 * hop.link + usize::from(!hop.up)
+}
+
 impl Simulation {
     pub fn new(scenario: Scenario) -> Simulation {
         let seed = scenario.seed;
         let start = Instant::ZERO;
-        let client_config = EndpointConfig::client(scenario.transport.clone());
-        let server_config = EndpointConfig::server(scenario.transport.clone());
-        let mut client = Endpoint::new(client_config, sub_seed(seed, 1));
-        let server = Endpoint::new(server_config, sub_seed(seed, 2));
-        let up = Link::new(scenario.up.clone(), sub_seed(seed, 3), start.total_micros());
-        let down = Link::new(scenario.down.clone(), sub_seed(seed, 4), start.total_micros());
-        let client_conn = client.connect(start, SERVER);
-        let app_rng = Xoshiro256PlusPlus::seed_from_u64(sub_seed(seed, 5));
-        // The bulk stream: the sender writes it, the verifier and the hasher regenerate it.
-        let bulk_pattern = matches!(scenario.workload, Workload::Bulk { .. }).then(|| BulkPattern::new(sub_seed(seed, 5)));
-        let (app, bytes_expected) = match scenario.workload {
-            Workload::Bulk { bytes, duration } => (
-                ClientApp::Bulk {
-                    remaining: bytes,
-                    write_until: duration.map(|d| start + d),
-                    written: 0,
-                    pattern: bulk_pattern.clone().expect("a bulk workload has a pattern"),
-                    chunk: vec![0; 64 * 1024],
-                    chunk_pos: 64 * 1024,
-                    // The first refill moves to offset 0.
-                    chunk_offset: 0u64.wrapping_sub(64 * 1024),
-                    closed: false,
-                },
-                if duration.is_some() { 0 } else { bytes },
-            ),
-            Workload::Echo { messages } => (
-                ClientApp::Echo {
-                    messages_left: messages,
-                    next_at: start,
-                    rng: app_rng,
-                    pending: Vec::new(),
-                    sent_total: 0,
-                    received: 0,
-                    closed: false,
-                },
-                0,
-            ),
-        };
-        let payload_size = scenario.transport.max_payload as usize;
-        let verifier = match scenario.workload {
-            Workload::Bulk { .. } => Verifier::Bulk {
-                pattern: bulk_pattern.clone().expect("a bulk workload has a pattern"),
-                chunk: vec![0; 64 * 1024],
-                pos: 64 * 1024,
-                offset: 0u64.wrapping_sub(64 * 1024),
-            },
-            Workload::Echo { .. } => Verifier::Echo { unechoed: std::collections::VecDeque::new() },
-        };
+        let topology = &scenario.topology;
+        let mut channels = Vec::with_capacity(2 * topology.links.len());
+        for (index, link) in topology.links.iter().enumerate() {
+            let [up_seed, down_seed] = link_seeds(seed, index);
+            for (direction, config, link_seed, from, to) in
+                [(Direction::Up, &link.up, up_seed, link.a, link.b), (Direction::Down, &link.down, down_seed, link.b, link.a)]
+            {
+                channels.push(Channel {
+                    link: Link::new(config.clone(), link_seed, start.total_micros()),
+                    name: link.name.clone(),
+                    direction,
+                    from,
+                    to,
+                    applied: Vec::new(),
+                    delivered_at_completion: None,
+                });
+            }
+        }
+        let flows = topology
+            .flows
+            .iter()
+            .enumerate()
+            .map(|(i, spec)| {
+                let [client_seed, server_seed, app_seed] = flow_seeds(seed, i);
+                let (client_app, server_app, io, pattern) = apps::build(&spec.workload, start + spec.start, app_seed);
+                Flow {
+                    client: Endpoint::new(EndpointConfig::client(spec.transport.clone()), client_seed),
+                    server: Endpoint::new(EndpointConfig::server(spec.transport.clone()), server_seed),
+                    client_conn: None,
+                    server_conn: None,
+                    client_app,
+                    server_app,
+                    io,
+                    pattern,
+                    snapshot: Snapshot { payload_size: spec.transport.max_payload as usize, ..Default::default() },
+                    ended: None,
+                    last_rx_client: start,
+                    last_rx_server: start,
+                    spec: spec.clone(),
+                }
+            })
+            .collect();
+        let mut events = topology.events.clone();
+        events.sort_by_key(|e| e.at);
         Simulation {
             scenario,
             now: start,
-            client,
-            server,
-            up,
-            down,
-            client_conn,
-            server_conn: None,
-            app,
-            // Inline until the run starts: `run` moves hashing to a helper thread unless `hash_inline` was asked for.
-            digests: StreamDigests::inline(bulk_pattern.clone()),
-            hash_thread: true,
-            bytes_expected,
-            server_received: 0,
-            server_backlog: Vec::new(),
-            server_closed: false,
-            verifier,
-            last_rx_client: start,
-            last_rx_server: start,
-            outcome: Outcome {
-                completed_at: None,
-                client_stats: ConnectionStats::default(),
-                server_stats: ConnectionStats::default(),
-                rtt_samples: Vec::new(),
-                payload_size,
-                wrong_bytes: 0,
-                delivered_at_deadline: None,
-            },
+            channels,
+            flows,
+            events,
+            next_event: 0,
             buf: vec![0; 65_536],
-            read_buf: vec![0; 65_536],
             pool: Vec::new(),
-            cancel: None,
             trace: None,
+            cancel: None,
+            hash_thread: true,
         }
     }
 
@@ -267,27 +250,18 @@ impl Simulation {
         self
     }
 
-    /// Sends per-packet trace events to `sink` (turns tracing on in both endpoints' transport).
+    /// Sends per-packet trace events to `sink` (turns tracing on in every endpoint's transport).
     pub fn with_trace(mut self, sink: Box<dyn TraceSink>) -> Simulation {
-        let mut transport = self.scenario.transport.clone();
-        transport.trace = true;
-        self.scenario.transport = transport;
+        for flow in &mut self.scenario.topology.flows {
+            flow.transport.trace = true;
+        }
+        let hash_thread = self.hash_thread;
+        let cancel = self.cancel.take();
         let mut rebuilt = Simulation::new(self.scenario);
-        rebuilt.up.observe(true);
-        rebuilt.down.observe(true);
-        Simulation { trace: Some(sink), ..rebuilt }
-    }
-
-    /// Runs to the end and closes the trace sink, reporting a failure to record.
-    pub fn run_traced(self) -> (SimReport, std::io::Result<()>) {
-        let (report, sink) = self.run_inner();
-        let recorded = sink.map_or(Ok(()), |s| s.finish());
-        (report, recorded)
-    }
-
-    /// Runs to the end: completion and graceful close, an error, or the time bound.
-    pub fn run(self) -> SimReport {
-        self.run_inner().0
+        for channel in &mut rebuilt.channels {
+            channel.link.observe(true);
+        }
+        Simulation { trace: Some(sink), hash_thread, cancel, ..rebuilt }
     }
 
     /// Stops the run early (status `cancelled`) once `flag` is set, checked every few thousand steps.
@@ -296,9 +270,23 @@ impl Simulation {
         self
     }
 
-    fn run_inner(mut self) -> (SimReport, Option<Box<dyn TraceSink>>) {
-        if self.hash_thread {
-            self.digests = StreamDigests::new(self.bulk_pattern());
+    /// Runs to the end and closes the trace sink, reporting a failure to record.
+    pub fn run_traced(self) -> (RunReport, std::io::Result<()>) {
+        let (report, sink) = self.run_inner();
+        let recorded = sink.map_or(Ok(()), |s| s.finish());
+        (report, recorded)
+    }
+
+    /// Runs to the end: every flow complete and closed, or ended by an error, or the time bound.
+    pub fn run(self) -> RunReport {
+        self.run_inner().0
+    }
+
+    fn run_inner(mut self) -> (RunReport, Option<Box<dyn TraceSink>>) {
+        // One helper thread pays off for a single flow; with several, the flows hash on their own.
+        if self.hash_thread && self.flows.len() == 1 {
+            let flow = &mut self.flows[0];
+            flow.io.digests = StreamDigests::new(flow.pattern.clone());
         }
         let deadline = self.now + self.scenario.timeout;
         let mut steps_here = 0u32;
@@ -309,20 +297,10 @@ impl Simulation {
                 break ("cancelled".to_string(), Some(format!("cancelled at {:.6} s", self.now.as_secs_f64())));
             }
             self.step();
-            if let Some(end) = self.finished() {
-                break end;
+            if self.flows.iter().all(|f| f.ended.is_some()) {
+                break ("ok".to_string(), None);
             }
-            let next = [
-                self.up.poll_timeout().map(Instant::from_micros),
-                self.down.poll_timeout().map(Instant::from_micros),
-                self.client.poll_timeout(),
-                self.server.poll_timeout(),
-                self.app_wakeup(),
-            ]
-            .into_iter()
-            .flatten()
-            .min();
-            let Some(next) = next else {
+            let Some(next) = self.next_wakeup() else {
                 break ("stalled".to_string(), Some(format!("nothing left to happen at {:.6} s", self.now.as_secs_f64())));
             };
             if next > deadline {
@@ -340,68 +318,185 @@ impl Simulation {
             }
         };
         self.drain_events();
+        // Flows still going when the run stopped end with the run's reason.
+        let now = self.now;
+        for flow in &mut self.flows {
+            if flow.ended.is_none() {
+                if flow.io.completed_at.is_none() {
+                    flow.take_snapshot();
+                }
+                flow.ended = Some((status.clone(), error.clone(), now));
+            }
+        }
         let sink = self.trace.take();
-        (self.report(status, error), sink)
+        (self.report(), sink)
     }
 
-    fn bulk_pattern(&self) -> Option<BulkPattern> {
-        match &self.app {
-            ClientApp::Bulk { pattern, .. } => Some(pattern.clone()),
-            ClientApp::Echo { .. } => None,
+    fn next_wakeup(&mut self) -> Option<Instant> {
+        let mut next: Option<Instant> = None;
+        let mut consider = |t: Option<Instant>| {
+            if let Some(t) = t {
+                next = Some(next.map_or(t, |n: Instant| n.min(t)));
+            }
+        };
+        for channel in &self.channels {
+            consider(channel.link.poll_timeout().map(Instant::from_micros));
         }
-    }
-
-    fn app_wakeup(&self) -> Option<Instant> {
-        match &self.app {
-            ClientApp::Bulk { write_until: Some(until), closed: false, .. } => Some(*until),
-            ClientApp::Echo { messages_left, next_at, pending, .. } if *messages_left > 0 && pending.is_empty() => Some(*next_at),
-            _ => None,
+        for flow in &mut self.flows {
+            consider(flow.client.poll_timeout());
+            consider(flow.server.poll_timeout());
+            if flow.client_conn.is_none() {
+                consider(Some(flow.start()));
+            } else if flow.ended.is_none() {
+                consider(flow.client_app.wakeup());
+            }
         }
+        consider(self.events.get(self.next_event).map(|e| Instant::ZERO + e.at));
+        next
     }
 
     /// Everything that happens at `self.now`.
     fn step(&mut self) {
         let now = self.now;
-        let t = now.total_micros();
-        while let Some(datagram) = self.up.poll_deliver(t) {
-            self.last_rx_server = now;
-            match self.server.handle_datagram(now, CLIENT, &datagram, &mut self.buf) {
-                Some(DatagramEvent::NewConnection(incoming)) => {
-                    if let Ok(handle) = self.server.accept(incoming) {
-                        self.server_conn.get_or_insert(handle);
-                    }
-                }
-                Some(DatagramEvent::Response { transmit, .. }) => {
-                    let datagram = Self::pooled(&mut self.pool, &self.buf[..transmit.size]);
-                    self.down.enqueue(t, datagram, transmit.size + self.scenario.header_overhead);
-                }
-                Some(DatagramEvent::Connection(_)) | None => {}
+        self.apply_link_events();
+        self.deliver();
+        for flow in &mut self.flows {
+            if flow.client.poll_timeout().is_some_and(|d| d <= now) {
+                flow.client.handle_timeout(now);
             }
-            self.pool.push(datagram);
+            if flow.server.poll_timeout().is_some_and(|d| d <= now) {
+                flow.server.handle_timeout(now);
+            }
         }
-        while let Some(datagram) = self.down.poll_deliver(t) {
-            self.last_rx_client = now;
-            self.client.handle_datagram(now, SERVER, &datagram, &mut self.buf);
-            self.pool.push(datagram);
-        }
-        if self.client.poll_timeout().is_some_and(|d| d <= now) {
-            self.client.handle_timeout(now);
-        }
-        if self.server.poll_timeout().is_some_and(|d| d <= now) {
-            self.server.handle_timeout(now);
-        }
-        self.run_client_app();
-        self.run_server_app();
-        let overhead = self.scenario.header_overhead;
-        while let Some((_, transmit)) = self.client.poll_transmit(now, &mut self.buf) {
-            let datagram = Self::pooled(&mut self.pool, &self.buf[..transmit.size]);
-            self.up.enqueue(t, datagram, transmit.size + overhead);
-        }
-        while let Some((_, transmit)) = self.server.poll_transmit(now, &mut self.buf) {
-            let datagram = Self::pooled(&mut self.pool, &self.buf[..transmit.size]);
-            self.down.enqueue(t, datagram, transmit.size + overhead);
-        }
+        self.run_apps();
+        self.transmit();
         self.drain_events();
+        for flow in &mut self.flows {
+            if flow.ended.is_none() {
+                if let Some((status, error)) = flow.outcome() {
+                    if flow.io.completed_at.is_none() {
+                        flow.take_snapshot();
+                    }
+                    flow.ended = Some((status, error, now));
+                }
+            }
+        }
+    }
+
+    fn apply_link_events(&mut self) {
+        let now = self.now;
+        while let Some(event) = self.events.get(self.next_event).filter(|e| Instant::ZERO + e.at <= now) {
+            let event = event.clone();
+            self.next_event += 1;
+            for direction in [Direction::Up, Direction::Down] {
+                if !event.directions.includes(direction) {
+                    continue;
+                }
+                let channel = &mut self.channels[2 * event.link + usize::from(direction == Direction::Down)];
+                let t = now.total_micros();
+                match &event.action {
+                    LinkAction::Blackout(d) => channel.link.blackout(t, t + d.total_micros()),
+                    LinkAction::Rate(bps) => channel.link.set_bandwidth(t, Bandwidth::Rate(*bps)),
+                    LinkAction::Loss(p) => channel.link.set_loss(if *p > 0.0 { LossModel::Bernoulli(*p) } else { LossModel::None }),
+                    LinkAction::Delay(d) => channel.link.set_delay(d.total_micros()),
+                }
+                channel.applied.push(format!("at {:.3} s: {}", event.at.as_secs_f64(), event.action.describe()));
+            }
+        }
+    }
+
+    /// Moves every packet due at `now`: on to the next link of its path, or into its endpoint.
+    fn deliver(&mut self) {
+        let now = self.now;
+        let t = now.total_micros();
+        // Forwarding over a link with no delay can make a packet due again at once: repeat until quiet.
+        loop {
+            let mut moved = false;
+            for c in 0..self.channels.len() {
+                while let Some(mut packet) = self.channels[c].link.poll_deliver(t) {
+                    moved = true;
+                    let flow = &mut self.flows[packet.flow as usize];
+                    let path = if packet.to_server { &flow.spec.path } else { &flow.spec.return_path };
+                    let next = packet.hop as usize + 1;
+                    if let Some(&hop) = path.get(next) {
+                        packet.hop = next as u16;
+                        let size = packet.datagram.len() + self.scenario.header_overhead;
+                        self.channels[channel_index(hop)].link.enqueue(t, packet, size);
+                        continue;
+                    }
+                    if packet.to_server {
+                        flow.last_rx_server = now;
+                        match flow.server.handle_datagram(now, CLIENT, &packet.datagram, &mut self.buf) {
+                            Some(DatagramEvent::NewConnection(incoming)) => {
+                                if let Ok(handle) = flow.server.accept(incoming) {
+                                    flow.server_conn.get_or_insert(handle);
+                                }
+                            }
+                            Some(DatagramEvent::Response { transmit, .. }) => {
+                                let response = InTransit { flow: packet.flow, to_server: false, hop: 0, datagram: Self::pooled(&mut self.pool, &self.buf[..transmit.size]) };
+                                let first = channel_index(flow.spec.return_path[0]);
+                                self.channels[first].link.enqueue(t, response, transmit.size + self.scenario.header_overhead);
+                            }
+                            Some(DatagramEvent::Connection(_)) | None => {}
+                        }
+                    } else {
+                        flow.last_rx_client = now;
+                        flow.client.handle_datagram(now, SERVER, &packet.datagram, &mut self.buf);
+                    }
+                    self.pool.push(packet.datagram);
+                }
+            }
+            if !moved {
+                break;
+            }
+        }
+    }
+
+    fn run_apps(&mut self) {
+        let now = self.now;
+        for flow in &mut self.flows {
+            if flow.client_conn.is_none() {
+                if now < flow.start() {
+                    continue;
+                }
+                flow.client_conn = Some(flow.client.connect(now, SERVER));
+            }
+            let was_complete = flow.io.completed_at.is_some();
+            if let Some(conn) = flow.client_conn.and_then(|h| flow.client.connection_mut(h)) {
+                flow.client_app.run(now, conn, &mut flow.io);
+            }
+            if !was_complete && flow.io.completed_at.is_some() {
+                flow.take_snapshot();
+            }
+            let was_complete = flow.io.completed_at.is_some();
+            if let Some(conn) = flow.server_conn.and_then(|h| flow.server.connection_mut(h)) {
+                flow.server_app.run(now, conn, &mut flow.io);
+            }
+            if !was_complete && flow.io.completed_at.is_some() {
+                flow.take_snapshot();
+            }
+        }
+        if self.channels.iter().all(|c| c.delivered_at_completion.is_none()) && self.flows.iter().all(|f| f.io.completed_at.is_some()) {
+            for channel in &mut self.channels {
+                channel.delivered_at_completion = Some(channel.link.stats().bytes_delivered);
+            }
+        }
+    }
+
+    fn transmit(&mut self) {
+        let t = self.now.total_micros();
+        let overhead = self.scenario.header_overhead;
+        for (index, flow) in self.flows.iter_mut().enumerate() {
+            for to_server in [true, false] {
+                let (endpoint, path) = if to_server { (&mut flow.client, &flow.spec.path) } else { (&mut flow.server, &flow.spec.return_path) };
+                let first = channel_index(path[0]);
+                while let Some((_, transmit)) = endpoint.poll_transmit(self.now, &mut self.buf) {
+                    let datagram = Self::pooled(&mut self.pool, &self.buf[..transmit.size]);
+                    let packet = InTransit { flow: index as u32, to_server, hop: 0, datagram };
+                    self.channels[first].link.enqueue(t, packet, transmit.size + overhead);
+                }
+            }
+        }
     }
 
     fn pooled(pool: &mut Vec<Vec<u8>>, bytes: &[u8]) -> Vec<u8> {
@@ -412,297 +507,159 @@ impl Simulation {
     }
 
     fn drain_events(&mut self) {
-        if let Some(conn) = self.client.connection_mut(self.client_conn) {
-            while conn.poll_event().is_some() {}
-            if let Some(sink) = &mut self.trace {
-                for event in conn.drain_trace() {
-                    sink.record(Role::Client, &event);
-                }
-            }
-        }
-        if let Some(conn) = self.server_conn.and_then(|h| self.server.connection_mut(h)) {
-            while conn.poll_event().is_some() {}
-            if let Some(sink) = &mut self.trace {
-                for event in conn.drain_trace() {
-                    sink.record(Role::Server, &event);
+        for (index, flow) in self.flows.iter_mut().enumerate() {
+            for (endpoint, handle, role) in [(&mut flow.client, flow.client_conn, Role::Client), (&mut flow.server, flow.server_conn, Role::Server)] {
+                while endpoint.poll_event().is_some() {}
+                let (Some(handle), Some(sink)) = (handle, &mut self.trace) else { continue };
+                if let Some(conn) = endpoint.connection_mut(handle) {
+                    for event in conn.drain_trace() {
+                        sink.record(index + 1, role, &event);
+                    }
                 }
             }
         }
         if let Some(sink) = &mut self.trace {
-            for event in self.up.drain_events() {
-                sink.record_link(Direction::Up, &event);
-            }
-            for event in self.down.drain_events() {
-                sink.record_link(Direction::Down, &event);
-            }
-        }
-    }
-
-    fn run_client_app(&mut self) {
-        let now = self.now;
-        let Some(conn) = self.client.connection_mut(self.client_conn) else { return };
-        match &mut self.app {
-            ClientApp::Bulk { remaining, write_until, written, pattern, chunk, chunk_pos, chunk_offset, closed } => {
-                if write_until.is_some_and(|until| now >= until) && !*closed {
-                    // A timed transfer ends here: what was written is what must arrive.
-                    *remaining = 0;
-                    self.bytes_expected = *written;
-                    if self.outcome.delivered_at_deadline.is_none() {
-                        self.outcome.delivered_at_deadline = Some(self.server_received);
-                    }
-                }
-                while *remaining > 0 {
-                    if *chunk_pos == chunk.len() {
-                        *chunk_offset = chunk_offset.wrapping_add(chunk.len() as u64);
-                        pattern.fill(*chunk_offset, chunk);
-                        *chunk_pos = 0;
-                    }
-                    let want = (*remaining).min((chunk.len() - *chunk_pos) as u64) as usize;
-                    let Ok(n) = conn.write(&chunk[*chunk_pos..*chunk_pos + want]) else { return };
-                    if n == 0 {
-                        break;
-                    }
-                    self.digests.update_sent_pattern(n as u64);
-                    *chunk_pos += n;
-                    *remaining -= n as u64;
-                    *written += n as u64;
-                }
-                if *remaining == 0 && !*closed {
-                    conn.close(now);
-                    *closed = true;
-                }
-            }
-            ClientApp::Echo { messages_left, next_at, rng, pending, sent_total, received, closed } => {
-                // Write any message whose time has come (the seed: 200-400 bytes, 2-20 ms apart).
-                loop {
-                    if pending.is_empty() {
-                        if *messages_left == 0 || *next_at > now {
-                            break;
-                        }
-                        let size = 200 + (rng.next_u32() % 200) as usize;
-                        pending.resize(size, 0);
-                        rng.fill_bytes(pending);
-                        self.digests.update(Stream::Sent, &pending[..]);
-                        if let Verifier::Echo { unechoed } = &mut self.verifier {
-                            unechoed.extend(pending.iter());
-                        }
-                        *sent_total += size as u64;
-                        *messages_left -= 1;
-                        *next_at = now + fencepost_proto::Duration::from_millis(2 + (rng.next_u32() % 18) as u64);
-                    }
-                    let Ok(n) = conn.write(pending) else { return };
-                    pending.drain(..n);
-                    if !pending.is_empty() {
-                        break;
-                    }
-                }
-                loop {
-                    match conn.read(&mut self.read_buf) {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => {
-                            self.digests.update(Stream::Received, &self.read_buf[..n]);
-                            self.outcome.wrong_bytes += self.verifier.check(&self.read_buf[..n]);
-                            *received += n as u64;
-                        }
-                    }
-                }
-                let all_sent = *messages_left == 0 && pending.is_empty();
-                let done = all_sent && *received == *sent_total;
-                if done && self.outcome.completed_at.is_none() {
-                    self.bytes_expected = *sent_total;
-                    Self::snapshot(&mut self.outcome, now, &self.client, self.client_conn, &self.server, self.server_conn);
-                }
-                if self.outcome.completed_at.is_some() && !*closed {
-                    *closed = true;
-                    if let Some(conn) = self.client.connection_mut(self.client_conn) {
-                        conn.close(now);
-                    }
+            for channel in &mut self.channels {
+                for event in channel.link.drain_events() {
+                    sink.record_link(&channel.name, channel.direction, &event);
                 }
             }
         }
     }
 
-    fn run_server_app(&mut self) {
-        let now = self.now;
-        let Some(handle) = self.server_conn else { return };
-        let echo = matches!(self.scenario.workload, Workload::Echo { .. });
-        let Some(conn) = self.server.connection_mut(handle) else { return };
-        let mut eof = false;
-        loop {
-            if echo {
-                match conn.read(&mut self.read_buf) {
-                    Ok(0) => eof = true,
-                    Ok(n) => {
-                        self.server_received += n as u64;
-                        self.server_backlog.extend_from_slice(&self.read_buf[..n]);
-                        continue;
-                    }
-                    Err(ReadError::WouldBlock) | Err(ReadError::ConnectionLost(_)) => {}
-                }
-                break;
-            }
-            // Bulk: read straight into the buffer the hasher takes, checking every byte on the way.
-            let buf = self.digests.receive_buffer();
-            let n = match conn.read(buf) {
-                Ok(0) => {
-                    eof = true;
-                    0
-                }
-                Ok(n) => {
-                    self.outcome.wrong_bytes += self.verifier.check(&buf[..n]);
-                    n
-                }
-                Err(ReadError::WouldBlock) | Err(ReadError::ConnectionLost(_)) => 0,
+    fn report(mut self) -> RunReport {
+        let hosts = &self.scenario.topology.hosts;
+        let mut flows = Vec::with_capacity(self.flows.len());
+        for (index, flow) in self.flows.iter_mut().enumerate() {
+            let (status, error, ended) = flow.ended.clone().expect("every flow has ended when the run reports");
+            let start = flow.start();
+            let io = &mut flow.io;
+            let completed = io.completed_at;
+            let bytes_delivered = match flow.spec.workload {
+                Workload::Echo { .. } => io.client_received,
+                Workload::Bulk { .. } => io.server_received,
             };
-            self.digests.commit_received(n);
-            if n == 0 {
-                break;
-            }
-            self.server_received += n as u64;
+            let [sent_digest, received_digest] = std::mem::replace(&mut io.digests, StreamDigests::inline(None)).finish();
+            let integrity_ok = completed.is_some() && bytes_delivered == io.bytes_expected && sent_digest == received_digest && io.wrong_bytes == 0;
+            let timeout_silence_s = error.as_deref().and_then(|e| {
+                let last = if e.starts_with("client:") { flow.last_rx_client } else { flow.last_rx_server };
+                (status == "timeout").then(|| (ended - last).as_secs_f64())
+            });
+            let duration = (completed.unwrap_or(ended) - start).as_secs_f64();
+            let c = &flow.snapshot.client;
+            let s = &flow.snapshot.server;
+            let (rtt_mean_ms, rtt_p95_ms) = rtt_summary(&flow.snapshot.rtt_samples);
+            let t = &flow.spec.transport;
+            flows.push(FlowReport {
+                flow: index + 1,
+                client_host: hosts[flow.spec.from].clone(),
+                server_host: hosts[flow.spec.to].clone(),
+                start_s: start.as_secs_f64(),
+                close_ok: integrity_ok && status == "ok",
+                status,
+                error,
+                integrity_ok,
+                workload: flow.spec.workload.name().to_string(),
+                profile: t.profile.name().to_string(),
+                arq: t.arq.name().to_string(),
+                cc: describe_cc(&t.controller),
+                bytes_expected: io.bytes_expected,
+                bytes_delivered,
+                sha256: sent_digest.iter().map(|b| format!("{b:02x}")).collect(),
+                payload_size: flow.snapshot.payload_size,
+                duration_s: duration,
+                goodput_bps: match (io.delivered_at_deadline, &flow.spec.workload) {
+                    // A timed transfer: what arrived while the sender was writing, over that time.
+                    (Some(bytes), Workload::Bulk { duration: Some(d), .. }) => bytes as f64 * 8.0 / d.as_secs_f64(),
+                    _ if duration > 0.0 => bytes_delivered as f64 * 8.0 / duration,
+                    _ => 0.0,
+                },
+                packets_sent: c.packets_sent,
+                data_packets_sent: c.data_packets_sent,
+                retransmissions: c.retransmissions,
+                acks_sent: c.acks_sent,
+                keepalives_sent: c.keepalives_sent,
+                handshake_packets_sent: c.handshakes_sent,
+                acks_received: c.acks_received,
+                duplicate_acks_received: c.duplicate_acks_received,
+                packets_presumed_lost: c.packets_lost,
+                spurious_retransmissions: c.spurious_retransmissions,
+                congestion_events: c.congestion_events,
+                retransmission_timeouts: c.retransmission_timeouts,
+                peer_packets_sent: s.packets_sent,
+                peer_data_packets_sent: s.data_packets_sent,
+                peer_acks_sent: s.acks_sent,
+                rtt_samples: flow.snapshot.rtt_samples.len(),
+                rtt_mean_ms,
+                rtt_p95_ms,
+                wrong_bytes: io.wrong_bytes,
+                timeout_silence_s,
+            });
         }
-        if echo && !self.server_backlog.is_empty() {
-            if let Ok(n) = conn.write(&self.server_backlog) {
-                self.server_backlog.drain(..n);
-            }
-        }
-        if eof && self.server_backlog.is_empty() && !self.server_closed {
-            conn.close(now);
-            self.server_closed = true;
-        }
-        if !echo && eof && self.outcome.completed_at.is_none() {
-            Self::snapshot(&mut self.outcome, now, &self.client, self.client_conn, &self.server, self.server_conn);
-        }
-    }
-
-    fn snapshot(
-        outcome: &mut Outcome,
-        now: Instant,
-        client: &Endpoint<u8>,
-        client_conn: ConnectionHandle,
-        server: &Endpoint<u8>,
-        server_conn: Option<ConnectionHandle>,
-    ) {
-        outcome.completed_at = Some(now);
-        if let Some(c) = client.connection(client_conn) {
-            outcome.client_stats = c.stats().clone();
-            outcome.rtt_samples = c.rtt_samples().to_vec();
-            outcome.payload_size = c.payload_size();
-        }
-        if let Some(s) = server_conn.and_then(|h| server.connection(h)) {
-            outcome.server_stats = s.stats().clone();
-        }
-    }
-
-    fn state_of(endpoint: &Endpoint<u8>, handle: Option<ConnectionHandle>) -> Option<(State, Option<ConnectionError>)> {
-        let conn = endpoint.connection(handle?)?;
-        Some((conn.state(), conn.error().cloned()))
-    }
-
-    /// The run's end, if it has come: (status, error message).
-    fn finished(&self) -> Option<(String, Option<String>)> {
-        let client = Self::state_of(&self.client, Some(self.client_conn));
-        let server = Self::state_of(&self.server, self.server_conn);
-        for (who, side) in [("client", &client), ("server", &server)] {
-            if let Some((State::Lost, Some(error))) = side {
-                let status = match error {
-                    ConnectionError::TimedOut { .. } => "timeout",
-                    ConnectionError::Reset(_) | ConnectionError::LocallyReset => "reset",
-                };
-                return Some((status.to_string(), Some(format!("{who}: {error}"))));
-            }
-        }
-        let closed = |s: &Option<(State, Option<ConnectionError>)>| matches!(s, Some((State::Closed | State::Drained, _)));
-        if self.outcome.completed_at.is_some() && closed(&client) && closed(&server) {
-            return Some(("ok".to_string(), None));
-        }
-        None
-    }
-
-    fn report(mut self, status: String, error: Option<String>) -> SimReport {
-        if self.outcome.completed_at.is_none() {
-            // Incomplete: report the counters as they stand.
-            let now = self.now;
-            Self::snapshot(&mut self.outcome, now, &self.client, self.client_conn, &self.server, self.server_conn);
-            self.outcome.completed_at = None;
-        }
-        let completed = self.outcome.completed_at;
-        let bytes_delivered = match &self.app {
-            ClientApp::Echo { received, sent_total, .. } => {
-                if completed.is_none() {
-                    self.bytes_expected = *sent_total;
-                }
-                *received
-            }
-            ClientApp::Bulk { .. } => self.server_received,
+        // Utilisation counts until the last workload completed (or the run's end).
+        let measured_until = if self.flows.iter().all(|f| f.io.completed_at.is_some()) {
+            self.flows.iter().filter_map(|f| f.io.completed_at).max().unwrap_or(self.now)
+        } else {
+            self.now
         };
-        let [sent_digest, received_digest] = std::mem::replace(&mut self.digests, StreamDigests::inline(None)).finish();
-        let integrity_ok = completed.is_some()
-            && bytes_delivered == self.bytes_expected
-            && sent_digest == received_digest
-            && self.outcome.wrong_bytes == 0;
-        let timeout_silence_s = error.as_deref().and_then(|e| {
-            let last = if e.starts_with("client:") { self.last_rx_client } else { self.last_rx_server };
-            (status == "timeout").then(|| (self.now - last).as_secs_f64())
-        });
-        let close_ok = integrity_ok && status == "ok";
-        let duration = completed.map_or(self.now, |t| t).as_secs_f64();
-        let c = &self.outcome.client_stats;
-        let s = &self.outcome.server_stats;
-        let (rtt_mean_ms, rtt_p95_ms) = rtt_summary(&self.outcome.rtt_samples);
-        let up = self.up.stats();
-        let down = self.down.stats();
-        let t = &self.scenario.transport;
-        SimReport {
-            status,
-            error,
-            integrity_ok,
-            close_ok,
-            workload: self.scenario.workload.name().to_string(),
-            profile: t.profile.name().to_string(),
-            arq: t.arq.name().to_string(),
-            cc: self.scenario.options.get("cc").cloned().unwrap_or_default(),
+        let links: Vec<LinkReport> = self
+            .channels
+            .iter()
+            .map(|c| {
+                let stats = c.link.stats();
+                let delivered = c.delivered_at_completion.unwrap_or(stats.bytes_delivered);
+                let utilisation = c.link.capacity_bytes(measured_until.total_micros()).filter(|&cap| cap > 0.0).map(|cap| delivered as f64 / cap);
+                let ms = |q: f64| c.link.queue_delay().quantile(q).map(|us| us as f64 / 1000.0);
+                LinkReport {
+                    link: c.name.clone(),
+                    direction: c.direction.name().to_string(),
+                    from_host: hosts[c.from].clone(),
+                    to_host: hosts[c.to].clone(),
+                    offered: stats.offered,
+                    lost: stats.lost,
+                    queue_dropped: stats.queue_dropped,
+                    blackout_dropped: stats.blackout_dropped,
+                    duplicated: stats.duplicated,
+                    delivered: stats.delivered,
+                    bytes_delivered: stats.bytes_delivered,
+                    utilisation,
+                    queue_delay_p50_ms: ms(0.5),
+                    queue_delay_p95_ms: ms(0.95),
+                    events: c.applied.clone(),
+                }
+            })
+            .collect();
+        let bottleneck = self.scenario.topology.bottleneck;
+        let link_up = self.channels[2 * bottleneck].link.stats();
+        let link_down = self.channels[2 * bottleneck + 1].link.stats();
+        let link_drops = self.channels.iter().map(|c| c.link.stats()).map(|s| s.lost + s.queue_dropped + s.blackout_dropped).sum();
+        let mut first = flows[0].clone();
+        // The run's status covers every flow: the first failure, else ok.
+        if let Some(failed) = flows.iter().find(|f| f.status != "ok") {
+            first.status = failed.status.clone();
+            first.error = failed.error.as_ref().map(|e| if flows.len() > 1 { format!("flow {}: {e}", failed.flow) } else { e.clone() });
+        }
+        first.integrity_ok = flows.iter().all(|f| f.integrity_ok);
+        first.close_ok = flows.iter().all(|f| f.close_ok);
+        first.wrong_bytes = flows.iter().map(|f| f.wrong_bytes).sum();
+        let goodputs: Vec<f64> = flows.iter().map(|f| f.goodput_bps).collect();
+        RunReport {
+            first,
             seed: self.scenario.seed,
-            bytes_expected: self.bytes_expected,
-            bytes_delivered,
-            sha256: sent_digest.iter().map(|b| format!("{b:02x}")).collect(),
-            payload_size: self.outcome.payload_size,
-            duration_s: duration,
-            goodput_bps: match (self.outcome.delivered_at_deadline, self.scenario.workload.clone()) {
-                // A timed transfer: what arrived while the sender was writing, over that time.
-                (Some(bytes), Workload::Bulk { duration: Some(d), .. }) => bytes as f64 * 8.0 / d.as_secs_f64(),
-                _ if duration > 0.0 => bytes_delivered as f64 * 8.0 / duration,
-                _ => 0.0,
-            },
-            packets_sent: c.packets_sent,
-            data_packets_sent: c.data_packets_sent,
-            retransmissions: c.retransmissions,
-            acks_sent: c.acks_sent,
-            keepalives_sent: c.keepalives_sent,
-            handshake_packets_sent: c.handshakes_sent,
-            acks_received: c.acks_received,
-            duplicate_acks_received: c.duplicate_acks_received,
-            packets_presumed_lost: c.packets_lost,
-            spurious_retransmissions: c.spurious_retransmissions,
-            congestion_events: c.congestion_events,
-            retransmission_timeouts: c.retransmission_timeouts,
-            peer_packets_sent: s.packets_sent,
-            peer_data_packets_sent: s.data_packets_sent,
-            peer_acks_sent: s.acks_sent,
-            rtt_samples: self.outcome.rtt_samples.len(),
-            rtt_mean_ms,
-            rtt_p95_ms,
-            link_drops: up.lost + up.queue_dropped + down.lost + down.queue_dropped,
-            link_up: up,
-            link_down: down,
+            topology: self.scenario.topology.name.clone(),
+            link_drops,
+            link_up,
+            link_down,
             end_s: self.now.as_secs_f64(),
-            wrong_bytes: self.outcome.wrong_bytes,
-            timeout_silence_s,
+            jain_index: jain_index(&goodputs),
+            flows,
+            links,
             options: self.scenario.options.clone(),
         }
     }
 }
 
 /// Runs one scenario to its end.
-pub fn run(scenario: Scenario) -> SimReport {
+pub fn run(scenario: Scenario) -> RunReport {
     Simulation::new(scenario).run()
 }

@@ -60,8 +60,8 @@ fn transfers_complete_byte_exact_or_time_out_for_cause() {
             options.push(("loss", loss_text.as_str()));
         }
         let scenario = Scenario::from_options(options.iter().copied()).expect("generated options are valid");
-        let idle = scenario.transport.idle_timeout.as_secs_f64();
-        let mean_loss = scenario.up.loss.mean_loss();
+        let idle = scenario.flows()[0].transport.idle_timeout.as_secs_f64();
+        let mean_loss = scenario.topology.links[0].up.loss.mean_loss();
         let report = run(scenario);
         let context = format!("case {case}: {options:?} -> {}", report.to_json());
 

@@ -1,5 +1,7 @@
-//! Parsing of the quantities users type: durations, probabilities, rates, sizes.
-//! Every error says what form is accepted.
+//! The one parser of the quantities users type: durations, probabilities,
+//! rates, sizes, counts, switches. Every command and the Python API go through
+//! it, so `10mb` or `1h` means the same everywhere; every error says what form
+//! is accepted.
 
 use std::fmt;
 
@@ -13,31 +15,39 @@ impl fmt::Display for UnitError {
     }
 }
 
+impl std::error::Error for UnitError {}
+
+/// Splits `"1.5ms"` into (1.5, "ms"). The number may not be empty, NaN or infinite.
 fn split_number(text: &str) -> Option<(f64, &str)> {
     let text = text.trim();
-    let end = text.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-')).unwrap_or(text.len());
-    // "e" could start a unit only if no digit follows; none of our units start with "e".
+    // "e" and signs belong to the number: no unit starts with them.
+    let end = text.find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E' | '+' | '-'))).unwrap_or(text.len());
     let (number, unit) = text.split_at(end);
     let value: f64 = number.parse().ok()?;
     value.is_finite().then_some((value, unit.trim()))
 }
 
-/// `10ms`, `1.5s`, `250us`, `2m` (minutes), or `0`; returns microseconds.
+/// `10ms`, `1.5s`, `250us`, `2m` or `2min`, `1h`, or `0`; returns microseconds.
 pub fn parse_duration(text: &str) -> Result<u64, UnitError> {
-    let err = || UnitError(format!("{text:?} is not a duration; expected a number with a unit, like 10ms, 1.5s or 250us"));
+    let err = || UnitError(format!("{text:?} is not a duration; expected a number with a unit, like 10ms, 1.5s, 250us, 2min or 1h"));
     let (value, unit) = split_number(text).ok_or_else(err)?;
     let scale = match unit.to_ascii_lowercase().as_str() {
         "us" | "µs" => 1.0,
         "ms" => 1e3,
         "s" | "sec" => 1e6,
         "m" | "min" => 60e6,
+        "h" => 3600e6,
         "" if value == 0.0 => 1.0,
         _ => return Err(err()),
     };
     if value < 0.0 {
         return Err(UnitError(format!("{text:?} is negative; a duration is 0 or more")));
     }
-    Ok((value * scale).round() as u64)
+    let micros = (value * scale).round();
+    if micros > u64::MAX as f64 / 2.0 {
+        return Err(UnitError(format!("{text:?} is too long")));
+    }
+    Ok(micros as u64)
 }
 
 /// `10%` or `0.1`, between 0 and 1 inclusive.
@@ -66,31 +76,61 @@ pub fn parse_rate(text: &str) -> Result<u64, UnitError> {
         "gbit" | "gbps" | "gbit/s" => 1e9,
         _ => return Err(err()),
     };
+    if value < 0.0 {
+        return Err(UnitError(format!("{text:?} is negative; a rate is at least 1bit")));
+    }
     let bps = (value * scale).round();
     if bps < 1.0 {
         return Err(UnitError(format!("{text:?} is too small; a rate is at least 1bit")));
     }
+    if bps > 1e15 {
+        return Err(UnitError(format!("{text:?} is too large; rates go up to 1000000gbit")));
+    }
     Ok(bps as u64)
 }
 
-/// `1000000`, `64kB`, `1.5MB`, `1GB`, `64KiB` (k = 1000, Ki = 1024); returns bytes.
+/// `1000000`, `64kB`, `1.5MB`, `10mb`, `1GB`, `64KiB`: bytes, with k/M/G = 1000 and
+/// Ki/Mi/Gi = 1024, in any case (`B` is optional); returns bytes.
 pub fn parse_bytes(text: &str) -> Result<u64, UnitError> {
     let err = || UnitError(format!("{text:?} is not a size; expected bytes like 1000000, 64kB, 1.5MB, 1GB or 64KiB"));
     let (value, unit) = split_number(text).ok_or_else(err)?;
-    let scale = match unit {
-        "" | "B" | "b" => 1.0,
-        "kB" | "KB" | "k" | "K" => 1e3,
-        "MB" | "M" => 1e6,
-        "GB" | "G" => 1e9,
-        "KiB" | "Ki" => 1024.0,
-        "MiB" | "Mi" => 1024.0 * 1024.0,
-        "GiB" | "Gi" => 1024.0 * 1024.0 * 1024.0,
+    let scale = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" => 1e3,
+        "m" | "mb" => 1e6,
+        "g" | "gb" => 1e9,
+        "t" | "tb" => 1e12,
+        "ki" | "kib" => 1024.0,
+        "mi" | "mib" => 1024.0 * 1024.0,
+        "gi" | "gib" => 1024.0 * 1024.0 * 1024.0,
         _ => return Err(err()),
     };
     if value < 0.0 {
-        return Err(UnitError(format!("{text:?} is negative")));
+        return Err(UnitError(format!("{text:?} is negative; a size is 0 bytes or more")));
     }
-    Ok((value * scale).round() as u64)
+    let bytes = (value * scale).round();
+    if bytes > 1e18 {
+        return Err(UnitError(format!("{text:?} is too large")));
+    }
+    Ok(bytes as u64)
+}
+
+/// A whole number, at least `min`.
+pub fn parse_count(text: &str, min: u64) -> Result<u64, UnitError> {
+    text.trim()
+        .parse::<u64>()
+        .ok()
+        .filter(|&n| n >= min)
+        .ok_or_else(|| UnitError(format!("{text:?} is not a whole number of at least {min}")))
+}
+
+/// `true`/`false`, `on`/`off`, `yes`/`no`, `1`/`0`.
+pub fn parse_switch(text: &str) -> Result<bool, UnitError> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "true" | "on" | "yes" | "1" => Ok(true),
+        "false" | "off" | "no" | "0" => Ok(false),
+        _ => Err(UnitError(format!("{text:?} is not a switch; accepted: on, off (or true, false)"))),
+    }
 }
 
 /// A queue limit: a size (`64kB`) or a packet count (`100pkt`).
@@ -146,23 +186,36 @@ mod tests {
     fn parses_what_users_type() {
         assert_eq!(parse_duration("10ms"), Ok(10_000));
         assert_eq!(parse_duration("1.5s"), Ok(1_500_000));
+        assert_eq!(parse_duration("1h"), Ok(3_600_000_000));
+        assert_eq!(parse_duration("2min"), Ok(120_000_000));
         assert_eq!(parse_duration("0"), Ok(0));
+        assert_eq!(parse_duration("1e3ms"), Ok(1_000_000));
         assert!(parse_duration("10").is_err());
-        assert!(parse_duration("-1ms").is_err());
+        assert!(parse_duration("-1ms").unwrap_err().0.contains("negative"));
         assert_eq!(parse_probability("10%"), Ok(0.1));
         assert_eq!(parse_probability("0.3"), Ok(0.3));
         assert!(parse_probability("140%").unwrap_err().0.contains("out of range"));
         assert!(parse_probability("lots").is_err());
         assert_eq!(parse_rate("100mbit"), Ok(100_000_000));
         assert_eq!(parse_rate("2.64mbps"), Ok(2_640_000));
+        assert_eq!(parse_rate("1Gbit"), Ok(1_000_000_000));
         assert!(parse_rate("fast").unwrap_err().0.contains("100mbit"));
         assert_eq!(parse_bytes("1000000"), Ok(1_000_000));
         assert_eq!(parse_bytes("100MB"), Ok(100_000_000));
+        assert_eq!(parse_bytes("10mb"), Ok(10_000_000));
+        assert_eq!(parse_bytes("1.5gb"), Ok(1_500_000_000));
         assert_eq!(parse_bytes("64KiB"), Ok(65_536));
+        assert_eq!(parse_bytes("2e6"), Ok(2_000_000));
+        assert!(parse_bytes("-5").unwrap_err().0.contains("negative"));
+        assert!(parse_bytes("lots").is_err());
         assert_eq!(parse_queue("64kB"), Ok(QueueSize::Bytes(64_000)));
         assert_eq!(parse_queue("100pkt"), Ok(QueueSize::Packets(100)));
         assert_eq!(parse_queue("26400"), Ok(QueueSize::Bytes(26_400)));
         assert!(parse_queue("0pkt").is_err());
+        assert_eq!(parse_count("12", 1), Ok(12));
+        assert!(parse_count("0", 1).is_err());
+        assert_eq!(parse_switch("on"), Ok(true));
+        assert_eq!(parse_switch("False"), Ok(false));
         assert_eq!(parse_params("p=0.1, r=0.3", &["p", "r"]), Ok(vec![("p", "0.1"), ("r", "0.3")]));
         assert!(parse_params("q=1", &["p", "r"]).unwrap_err().0.contains("accepted: p, r"));
     }

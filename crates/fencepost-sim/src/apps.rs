@@ -1,0 +1,341 @@
+//! The applications at the two ends of a flow, behind two traits: a client
+//! application (bulk sender, timed bulk sender, echo client) and a server
+//! application (sink, echo server). Each reads and writes its connection the
+//! way a program would, and reports through [`FlowIo`] what it sent, what it
+//! read (checked byte by byte as it is read) and when its work was complete.
+
+use crate::digest::{Stream, StreamDigests};
+use crate::pattern::BulkPattern;
+use fencepost_proto::{Connection, Duration, Instant, ReadError};
+use fencepost_spec::Workload;
+use rand_core::{Rng, SeedableRng};
+use rand_xoshiro::Xoshiro256PlusPlus;
+use std::collections::VecDeque;
+
+/// Bytes a bulk sender writes per call and the verifier regenerates at a time.
+const CHUNK: usize = 64 * 1024;
+
+/// What a flow's applications share with the simulator: the stream digests, the
+/// byte-by-byte check of what is read, and the flow's progress.
+pub struct FlowIo {
+    pub digests: StreamDigests,
+    pub verifier: Verifier,
+    /// Bytes the workload must deliver (known at the end for timed and echo workloads).
+    pub bytes_expected: u64,
+    /// Bytes the server application read.
+    pub server_received: u64,
+    /// Bytes the client application read (the echo).
+    pub client_received: u64,
+    /// When the workload's work was done (the simulator then takes the flow's counters).
+    pub completed_at: Option<Instant>,
+    /// A timed bulk transfer: bytes the server had read when the writing time ended.
+    pub delivered_at_deadline: Option<u64>,
+    /// Bytes read by an application that differ from what was sent (must stay 0).
+    pub wrong_bytes: u64,
+    pub read_buf: Vec<u8>,
+}
+
+impl FlowIo {
+    pub fn new(digests: StreamDigests, verifier: Verifier, bytes_expected: u64) -> FlowIo {
+        FlowIo {
+            digests,
+            verifier,
+            bytes_expected,
+            server_received: 0,
+            client_received: 0,
+            completed_at: None,
+            delivered_at_deadline: None,
+            wrong_bytes: 0,
+            read_buf: vec![0; CHUNK],
+        }
+    }
+
+    fn complete(&mut self, now: Instant) {
+        if self.completed_at.is_none() {
+            self.completed_at = Some(now);
+        }
+    }
+}
+
+/// The application that opened the connection.
+pub trait ClientApp: Send {
+    /// Everything the application does at `now`: write, read, close.
+    fn run(&mut self, now: Instant, conn: &mut Connection, io: &mut FlowIo);
+    /// When it next wants to run even if nothing arrives (a timer of its own).
+    fn wakeup(&self) -> Option<Instant>;
+}
+
+/// The application that accepted the connection.
+pub trait ServerApp: Send {
+    fn run(&mut self, now: Instant, conn: &mut Connection, io: &mut FlowIo);
+}
+
+/// Regenerates what the receiving application must see, to catch a wrong byte the moment it is read.
+pub enum Verifier {
+    /// The bulk stream, regenerated from the client's seed in the same 64 KiB chunks.
+    Bulk { pattern: BulkPattern, chunk: Vec<u8>, pos: usize, offset: u64 },
+    /// Echo: the bytes the client sent and has not yet had back.
+    Echo { unechoed: VecDeque<u8> },
+}
+
+impl Verifier {
+    /// Counts the bytes of `got` that differ from what should come next.
+    pub fn check(&mut self, got: &[u8]) -> u64 {
+        let mut wrong = 0u64;
+        match self {
+            Verifier::Bulk { pattern, chunk, pos, offset } => {
+                let mut rest = got;
+                while !rest.is_empty() {
+                    if *pos == chunk.len() {
+                        *offset = offset.wrapping_add(chunk.len() as u64);
+                        pattern.fill(*offset, chunk);
+                        *pos = 0;
+                    }
+                    let n = rest.len().min(chunk.len() - *pos);
+                    let (got, expected) = (&rest[..n], &chunk[*pos..*pos + n]);
+                    // Compare whole slices first (memcmp); count differing bytes only on a mismatch.
+                    if got != expected {
+                        wrong += got.iter().zip(expected).filter(|(a, b)| a != b).count() as u64;
+                    }
+                    *pos += n;
+                    rest = &rest[n..];
+                }
+            }
+            Verifier::Echo { unechoed } => {
+                for &b in got {
+                    match unechoed.pop_front() {
+                        Some(expected) if expected == b => {}
+                        _ => wrong += 1,
+                    }
+                }
+            }
+        }
+        wrong
+    }
+}
+
+/// A flow's applications and shared state, hashing inline; `app_seed` seeds the
+/// bulk stream or the echo messages. Also returns the bulk stream's pattern, so a
+/// driver can move hashing to a helper thread ([`StreamDigests::new`]).
+pub type Built = (Box<dyn ClientApp>, Box<dyn ServerApp>, FlowIo, Option<BulkPattern>);
+
+pub fn build(workload: &Workload, start: Instant, app_seed: u64) -> Built {
+    match *workload {
+        Workload::Bulk { bytes, duration } => {
+            // The bulk stream: the sender writes it, the verifier and the hasher regenerate it.
+            let pattern = BulkPattern::new(app_seed);
+            let verifier = Verifier::Bulk { pattern: pattern.clone(), chunk: vec![0; CHUNK], pos: CHUNK, offset: 0u64.wrapping_sub(CHUNK as u64) };
+            let digests = StreamDigests::inline(Some(pattern.clone()));
+            let client = BulkSender {
+                remaining: bytes,
+                write_until: duration.map(|d| start + d),
+                written: 0,
+                pattern: pattern.clone(),
+                chunk: vec![0; CHUNK],
+                chunk_pos: CHUNK,
+                // The first refill moves to offset 0.
+                chunk_offset: 0u64.wrapping_sub(CHUNK as u64),
+                closed: false,
+            };
+            let expected = if duration.is_some() { 0 } else { bytes };
+            (Box::new(client), Box::new(Sink { closed: false }), FlowIo::new(digests, verifier, expected), Some(pattern))
+        }
+        Workload::Echo { messages } => {
+            let client = EchoClient {
+                messages_left: messages,
+                next_at: start,
+                rng: Xoshiro256PlusPlus::seed_from_u64(app_seed),
+                pending: Vec::new(),
+                sent_total: 0,
+                closed: false,
+            };
+            let verifier = Verifier::Echo { unechoed: VecDeque::new() };
+            (Box::new(client), Box::new(EchoServer { backlog: Vec::new(), closed: false }), FlowIo::new(StreamDigests::inline(None), verifier, 0), None)
+        }
+    }
+}
+
+/// Writes seeded random bytes as fast as the send buffer takes them: a number of
+/// bytes, or for a time; then closes.
+struct BulkSender {
+    remaining: u64,
+    /// A timed transfer stops writing at this instant.
+    write_until: Option<Instant>,
+    written: u64,
+    pattern: BulkPattern,
+    chunk: Vec<u8>,
+    chunk_pos: usize,
+    /// Stream offset of `chunk[0]`.
+    chunk_offset: u64,
+    closed: bool,
+}
+
+impl ClientApp for BulkSender {
+    fn run(&mut self, now: Instant, conn: &mut Connection, io: &mut FlowIo) {
+        if self.write_until.is_some_and(|until| now >= until) && !self.closed {
+            // A timed transfer ends here: what was written is what must arrive.
+            self.remaining = 0;
+            io.bytes_expected = self.written;
+            if io.delivered_at_deadline.is_none() {
+                io.delivered_at_deadline = Some(io.server_received);
+            }
+        }
+        while self.remaining > 0 {
+            if self.chunk_pos == self.chunk.len() {
+                self.chunk_offset = self.chunk_offset.wrapping_add(self.chunk.len() as u64);
+                self.pattern.fill(self.chunk_offset, &mut self.chunk);
+                self.chunk_pos = 0;
+            }
+            let want = self.remaining.min((self.chunk.len() - self.chunk_pos) as u64) as usize;
+            let Ok(n) = conn.write(&self.chunk[self.chunk_pos..self.chunk_pos + want]) else { return };
+            if n == 0 {
+                break;
+            }
+            io.digests.update_sent_pattern(n as u64);
+            self.chunk_pos += n;
+            self.remaining -= n as u64;
+            self.written += n as u64;
+        }
+        if self.remaining == 0 && !self.closed {
+            conn.close(now);
+            self.closed = true;
+        }
+    }
+
+    fn wakeup(&self) -> Option<Instant> {
+        self.write_until.filter(|_| !self.closed)
+    }
+}
+
+/// The seed article's echo client: random messages of 200–400 bytes, 2–20 ms
+/// apart; done when every byte came back, then closes.
+struct EchoClient {
+    messages_left: u32,
+    next_at: Instant,
+    rng: Xoshiro256PlusPlus,
+    /// Bytes of the current message not yet accepted by the send buffer.
+    pending: Vec<u8>,
+    sent_total: u64,
+    closed: bool,
+}
+
+impl ClientApp for EchoClient {
+    fn run(&mut self, now: Instant, conn: &mut Connection, io: &mut FlowIo) {
+        loop {
+            if self.pending.is_empty() {
+                if self.messages_left == 0 || self.next_at > now {
+                    break;
+                }
+                let size = 200 + (self.rng.next_u32() % 200) as usize;
+                self.pending.resize(size, 0);
+                self.rng.fill_bytes(&mut self.pending);
+                io.digests.update(Stream::Sent, &self.pending[..]);
+                if let Verifier::Echo { unechoed } = &mut io.verifier {
+                    unechoed.extend(self.pending.iter());
+                }
+                self.sent_total += size as u64;
+                self.messages_left -= 1;
+                self.next_at = now + Duration::from_millis(2 + (self.rng.next_u32() % 18) as u64);
+            }
+            let Ok(n) = conn.write(&self.pending) else { return };
+            self.pending.drain(..n);
+            if !self.pending.is_empty() {
+                break;
+            }
+        }
+        loop {
+            match conn.read(&mut io.read_buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    io.digests.update(Stream::Received, &io.read_buf[..n]);
+                    io.wrong_bytes += io.verifier.check(&io.read_buf[..n]);
+                    io.client_received += n as u64;
+                }
+            }
+        }
+        // Until done, what was sent so far is what is expected back.
+        io.bytes_expected = self.sent_total;
+        let all_sent = self.messages_left == 0 && self.pending.is_empty();
+        if all_sent && io.client_received == self.sent_total {
+            io.complete(now);
+        }
+        if io.completed_at.is_some() && !self.closed {
+            self.closed = true;
+            conn.close(now);
+        }
+    }
+
+    fn wakeup(&self) -> Option<Instant> {
+        (self.messages_left > 0 && self.pending.is_empty()).then_some(self.next_at)
+    }
+}
+
+/// Reads the bulk stream straight into the buffer the hasher takes, checking every byte; closes at its end.
+struct Sink {
+    closed: bool,
+}
+
+impl ServerApp for Sink {
+    fn run(&mut self, now: Instant, conn: &mut Connection, io: &mut FlowIo) {
+        let mut eof = false;
+        loop {
+            let buf = io.digests.receive_buffer();
+            let n = match conn.read(buf) {
+                Ok(0) => {
+                    eof = true;
+                    0
+                }
+                Ok(n) => {
+                    io.wrong_bytes += io.verifier.check(&buf[..n]);
+                    n
+                }
+                Err(ReadError::WouldBlock) | Err(ReadError::ConnectionLost(_)) => 0,
+            };
+            io.digests.commit_received(n);
+            if n == 0 {
+                break;
+            }
+            io.server_received += n as u64;
+        }
+        if eof && !self.closed {
+            conn.close(now);
+            self.closed = true;
+        }
+        if eof {
+            io.complete(now);
+        }
+    }
+}
+
+/// Writes back everything it reads; closes once the client finished and everything went back.
+struct EchoServer {
+    backlog: Vec<u8>,
+    closed: bool,
+}
+
+impl ServerApp for EchoServer {
+    fn run(&mut self, now: Instant, conn: &mut Connection, io: &mut FlowIo) {
+        let mut eof = false;
+        loop {
+            match conn.read(&mut io.read_buf) {
+                Ok(0) => eof = true,
+                Ok(n) => {
+                    io.server_received += n as u64;
+                    self.backlog.extend_from_slice(&io.read_buf[..n]);
+                    continue;
+                }
+                Err(ReadError::WouldBlock) | Err(ReadError::ConnectionLost(_)) => {}
+            }
+            break;
+        }
+        if !self.backlog.is_empty() {
+            if let Ok(n) = conn.write(&self.backlog) {
+                self.backlog.drain(..n);
+            }
+        }
+        if eof && self.backlog.is_empty() && !self.closed {
+            conn.close(now);
+            self.closed = true;
+        }
+    }
+}

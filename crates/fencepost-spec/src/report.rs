@@ -1,0 +1,454 @@
+//! The report of a simulated run, in the names the seed documents use: one
+//! schema, serialized as JSON, described field by field for the Python package
+//! (which builds its result classes from [`schema`]), and printed as text.
+
+use fencepost_link::LinkStats;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// What one flow measured. The sending side is the client: the bulk sender, or the
+/// echo client whose packets the seed article counted. Counters are taken when the
+/// flow's workload completed (or when the run ended, if it did not).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FlowReport {
+    pub flow: usize,
+    pub client_host: String,
+    pub server_host: String,
+    pub start_s: f64,
+    pub status: String,
+    pub error: Option<String>,
+    pub integrity_ok: bool,
+    pub close_ok: bool,
+    pub workload: String,
+    pub profile: String,
+    pub arq: String,
+    pub cc: String,
+    pub bytes_expected: u64,
+    pub bytes_delivered: u64,
+    pub sha256: String,
+    pub payload_size: usize,
+    pub duration_s: f64,
+    pub goodput_bps: f64,
+    pub packets_sent: u64,
+    pub data_packets_sent: u64,
+    pub retransmissions: u64,
+    pub acks_sent: u64,
+    pub keepalives_sent: u64,
+    pub handshake_packets_sent: u64,
+    pub acks_received: u64,
+    pub duplicate_acks_received: u64,
+    pub packets_presumed_lost: u64,
+    pub spurious_retransmissions: u64,
+    pub congestion_events: u64,
+    pub retransmission_timeouts: u64,
+    pub peer_packets_sent: u64,
+    pub peer_data_packets_sent: u64,
+    pub peer_acks_sent: u64,
+    pub rtt_samples: usize,
+    pub rtt_mean_ms: Option<f64>,
+    pub rtt_p95_ms: Option<f64>,
+    pub wrong_bytes: u64,
+    pub timeout_silence_s: Option<f64>,
+}
+
+/// One direction of one link.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LinkReport {
+    pub link: String,
+    /// `up` (from the link's first host to its second) or `down`.
+    pub direction: String,
+    pub from_host: String,
+    pub to_host: String,
+    pub offered: u64,
+    pub lost: u64,
+    pub queue_dropped: u64,
+    pub blackout_dropped: u64,
+    pub duplicated: u64,
+    pub delivered: u64,
+    pub bytes_delivered: u64,
+    /// Bytes delivered over the bytes the bottleneck could have carried, until the workloads completed.
+    pub utilisation: Option<f64>,
+    pub queue_delay_p50_ms: Option<f64>,
+    pub queue_delay_p95_ms: Option<f64>,
+    /// The link events applied to this direction, in order.
+    pub events: Vec<String>,
+}
+
+/// The whole run. The run's status fields (`status`, `error`, `integrity_ok`,
+/// `close_ok`, `wrong_bytes`) cover every flow; the other flow fields at the top
+/// level are the first flow's, as a single-flow run always had them.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunReport {
+    #[serde(flatten)]
+    pub first: FlowReport,
+    pub seed: u64,
+    pub topology: String,
+    /// Packets every link dropped, both directions (random loss, queue overflow, blackouts).
+    pub link_drops: u64,
+    /// The bottleneck's two directions (on a line: client to server, and back).
+    pub link_up: LinkStats,
+    pub link_down: LinkStats,
+    /// Virtual seconds when the run stopped (after the closes, or at the error).
+    pub end_s: f64,
+    /// Jain's fairness index over the flows' goodputs (1 = equal shares).
+    pub jain_index: Option<f64>,
+    pub flows: Vec<FlowReport>,
+    pub links: Vec<LinkReport>,
+    pub options: BTreeMap<String, String>,
+}
+
+/// The first flow's fields read as the run's own (`report.goodput_bps`), as they
+/// appear at the top of the JSON.
+impl std::ops::Deref for RunReport {
+    type Target = FlowReport;
+    fn deref(&self) -> &FlowReport {
+        &self.first
+    }
+}
+
+impl RunReport {
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a report always serializes")
+    }
+
+    pub fn from_json(text: &str) -> Result<RunReport, serde_json::Error> {
+        serde_json::from_str(text)
+    }
+}
+
+/// Jain's fairness index: (sum x)^2 / (n sum x^2); `None` without flows or with no goodput at all.
+pub fn jain_index(values: &[f64]) -> Option<f64> {
+    let sum: f64 = values.iter().sum();
+    let squares: f64 = values.iter().map(|x| x * x).sum();
+    (!values.is_empty() && squares > 0.0).then(|| sum * sum / (values.len() as f64 * squares))
+}
+
+/// Mean and 95th percentile (nearest rank) of RTT samples in microseconds, as milliseconds.
+pub fn rtt_summary(samples: &[u32]) -> (Option<f64>, Option<f64>) {
+    if samples.is_empty() {
+        return (None, None);
+    }
+    let mean = samples.iter().map(|&s| s as f64).sum::<f64>() / samples.len() as f64 / 1000.0;
+    let mut sorted = samples.to_vec();
+    sorted.sort_unstable();
+    let rank = ((0.95 * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    (Some(mean), Some(sorted[rank - 1] as f64 / 1000.0))
+}
+
+// ---- the schema, for the Python package ----
+
+/// How a field's value is typed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FieldType {
+    Int,
+    Float,
+    Bool,
+    Str,
+    OptionalFloat,
+    OptionalStr,
+    /// `link_up`/`link_down`: a link's counters.
+    LinkStats,
+    /// A list of flows or links.
+    Flows,
+    Links,
+    Strings,
+    Options,
+}
+
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Field {
+    pub name: &'static str,
+    #[serde(rename = "type")]
+    pub kind: FieldType,
+    /// Sweeps summarise it per condition (mean, standard deviation, confidence interval).
+    pub summarise: bool,
+    pub help: &'static str,
+}
+
+const fn field(name: &'static str, kind: FieldType, summarise: bool, help: &'static str) -> Field {
+    Field { name, kind, summarise, help }
+}
+
+use FieldType::*;
+
+/// Every field of a flow, in order.
+pub static FLOW_FIELDS: &[Field] = &[
+    field("flow", Int, false, "the flow's number, from 1"),
+    field("client_host", Str, false, "the host of the flow's client"),
+    field("server_host", Str, false, "the host of the flow's server"),
+    field("start_s", Float, false, "when the client opened the connection (virtual seconds)"),
+    field("status", Str, false, "ok, timeout (idle timeout), reset, deadline (the run's --timeout), cancelled or stalled"),
+    field("error", OptionalStr, false, "what went wrong, if anything"),
+    field("integrity_ok", Bool, false, "every byte arrived, in order, and its SHA-256 matches what was sent"),
+    field("close_ok", Bool, false, "integrity_ok, and both sides then closed gracefully"),
+    field("workload", Str, false, "bulk or echo"),
+    field("profile", Str, false, "transport profile"),
+    field("arq", Str, false, "loss recovery"),
+    field("cc", Str, false, "congestion control, as a spec --cc reads back"),
+    field("bytes_expected", Int, false, "bytes the workload had to deliver"),
+    field("bytes_delivered", Int, true, "bytes the receiving application read"),
+    field("sha256", Str, false, "SHA-256 of the bytes sent"),
+    field("payload_size", Int, false, "payload bytes per data packet after the handshake"),
+    field("duration_s", Float, true, "virtual seconds from the flow's start to its workload's completion"),
+    field("goodput_bps", Float, true, "payload bits per second the receiving application read (a timed transfer: while the sender wrote)"),
+    field("packets_sent", Int, true, "every datagram the client sent (data, retransmissions, acks, handshakes)"),
+    field("data_packets_sent", Int, true, "data and FIN packets the client sent, retransmissions included"),
+    field("retransmissions", Int, true, "data packets the client sent again"),
+    field("acks_sent", Int, true, "acks the client sent"),
+    field("keepalives_sent", Int, false, "keepalives the client sent"),
+    field("handshake_packets_sent", Int, false, "handshake packets the client sent"),
+    field("acks_received", Int, true, "acks the client received"),
+    field("duplicate_acks_received", Int, true, "acks whose fence base did not move while data was outstanding"),
+    field("packets_presumed_lost", Int, false, "transmissions the client declared lost"),
+    field("spurious_retransmissions", Int, true, "retransmissions whose original had arrived"),
+    field("congestion_events", Int, true, "loss episodes the controller reacted to"),
+    field("retransmission_timeouts", Int, true, "retransmission timer expiries"),
+    field("peer_packets_sent", Int, true, "every datagram the server sent"),
+    field("peer_data_packets_sent", Int, false, "data and FIN packets the server sent"),
+    field("peer_acks_sent", Int, false, "acks the server sent"),
+    field("rtt_samples", Int, false, "RTT samples the client took"),
+    field("rtt_mean_ms", OptionalFloat, true, "mean RTT sample"),
+    field("rtt_p95_ms", OptionalFloat, true, "95th percentile RTT sample (nearest rank)"),
+    field("wrong_bytes", Int, false, "bytes an application read that differ from what was sent, checked as they were read (always 0)"),
+    field("timeout_silence_s", OptionalFloat, false, "after an idle timeout: how long the timed-out side had heard nothing"),
+];
+
+/// The run's own fields, after the first flow's.
+pub static RUN_FIELDS: &[Field] = &[
+    field("seed", Int, false, "seed of every random choice"),
+    field("topology", Str, false, "line, dumbbell:N or the scenario's name"),
+    field("link_drops", Int, true, "packets every link dropped, both directions"),
+    field("link_up", LinkStats, false, "the bottleneck's counters, first host to second (client to server on a line)"),
+    field("link_down", LinkStats, false, "the bottleneck's counters, the other way"),
+    field("end_s", Float, false, "virtual seconds when the run stopped"),
+    field("jain_index", OptionalFloat, true, "Jain's fairness index over the flows' goodputs"),
+    field("flows", Flows, false, "every flow's fields"),
+    field("links", Links, false, "every link direction: counters, utilisation, queueing delay, events"),
+    field("options", Options, false, "the options of the run, defaults filled in"),
+];
+
+/// The counters in `link_up` and `link_down`.
+pub static LINK_STATS_FIELDS: &[Field] = &[
+    field("offered", Int, false, "packets that entered"),
+    field("lost", Int, false, "dropped by random loss"),
+    field("queue_dropped", Int, false, "dropped by a full queue"),
+    field("blackout_dropped", Int, false, "dropped during a blackout"),
+    field("duplicated", Int, false, "copies the link made"),
+    field("delivered", Int, false, "packets handed on"),
+    field("bytes_delivered", Int, false, "bytes handed on, IP and UDP headers included"),
+];
+
+pub static LINK_FIELDS: &[Field] = &[
+    field("link", Str, false, "the link's name"),
+    field("direction", Str, false, "up (first host to second) or down"),
+    field("from_host", Str, false, "the host packets enter from"),
+    field("to_host", Str, false, "the host they leave to"),
+    field("offered", Int, false, "packets that entered"),
+    field("lost", Int, false, "dropped by random loss"),
+    field("queue_dropped", Int, false, "dropped by a full queue"),
+    field("blackout_dropped", Int, false, "dropped during a blackout"),
+    field("duplicated", Int, false, "copies the link made"),
+    field("delivered", Int, false, "packets handed on"),
+    field("bytes_delivered", Int, false, "bytes handed on, IP and UDP headers included"),
+    field("utilisation", OptionalFloat, false, "bytes delivered over what the bottleneck could carry until the workloads completed (none when unlimited)"),
+    field("queue_delay_p50_ms", OptionalFloat, false, "median time from entering the link to leaving its bottleneck (waiting plus serialization)"),
+    field("queue_delay_p95_ms", OptionalFloat, false, "95th percentile of the same"),
+    field("events", Strings, false, "the link events applied, in order"),
+];
+
+/// Every field, for `_core.report_schema()`: `{"flow": [...], "run": [...], "link": [...], "link_stats": [...]}`.
+pub fn schema() -> serde_json::Value {
+    serde_json::json!({ "flow": FLOW_FIELDS, "run": RUN_FIELDS, "link": LINK_FIELDS, "link_stats": LINK_STATS_FIELDS })
+}
+
+// ---- text ----
+
+fn rate(bps: f64) -> String {
+    if bps >= 1e5 { format!("{:.3} Mbit/s", bps / 1e6) } else { format!("{:.1} kbit/s", bps / 1e3) }
+}
+
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+impl RunReport {
+    /// The human summary `fencepost sim` prints.
+    pub fn to_text(&self) -> String {
+        let r = &self.first;
+        let o = |k: &str| self.options.get(k).map_or("", String::as_str);
+        let mut out = String::new();
+        let size = if r.workload == "bulk" {
+            format!("{} B", thousands(r.bytes_expected))
+        } else {
+            format!("{} messages, {} B", o("messages"), thousands(r.bytes_expected))
+        };
+        let _ = writeln!(out, "{} {size} | profile {}, arq {}, cc {}, payload {} B", r.workload, r.profile, r.arq, r.cc, r.payload_size);
+        if self.flows.len() > 1 || self.topology != "line" {
+            let _ = writeln!(out, "topology {}: {} flow(s) over {} link(s), seed {}", self.topology, self.flows.len(), self.links.len() / 2, self.seed);
+        }
+        if !self.options.contains_key("scenario") {
+            let either = |k: &str| {
+                let up = self.options.get(&format!("{k}-up")).map_or(o(k), String::as_str);
+                let down = self.options.get(&format!("{k}-down")).map_or(o(k), String::as_str);
+                if up == down { up.to_string() } else { format!("{up}/{down} (up/down)") }
+            };
+            let loss = if o("loss-model") == "bernoulli" {
+                let up = self.options.get("loss-up").map_or(o("loss"), String::as_str);
+                let down = self.options.get("loss-down").map_or(o("loss"), String::as_str);
+                format!("{up}/{down} (up/down)")
+            } else {
+                o("loss-model").to_string()
+            };
+            let bandwidth = match (either("rate"), either("trace")) {
+                (r, _) if !r.is_empty() => r,
+                (_, t) if !t.is_empty() => format!("trace {t}"),
+                _ => "unlimited".into(),
+            };
+            let _ = writeln!(
+                out,
+                "link: delay {} ± {}, loss {loss}, {bandwidth}, queue {}, dup {}, seed {}",
+                either("delay"),
+                either("jitter"),
+                either("queue"),
+                either("dup"),
+                self.seed
+            );
+        }
+        let verdict = if r.integrity_ok {
+            "integrity OK (SHA-256 match)".to_string()
+        } else {
+            format!("INCOMPLETE: {} of {} B", thousands(r.bytes_delivered), thousands(r.bytes_expected))
+        };
+        let closing = if r.close_ok { "closed gracefully" } else { "did not close gracefully" };
+        let error = r.error.as_deref().map(|e| format!(" ({e})")).unwrap_or_default();
+        let _ = writeln!(out, "result: {} — {verdict}, {closing}{error}", r.status);
+        let _ = writeln!(out, "time to completion {:.3} s (virtual), goodput {}", r.duration_s, rate(r.goodput_bps));
+        let _ = writeln!(
+            out,
+            "packets sent {}: data {} (retransmissions {}), acks {}, handshake {}; peer sent {}",
+            thousands(r.packets_sent),
+            thousands(r.data_packets_sent),
+            thousands(r.retransmissions),
+            thousands(r.acks_sent),
+            thousands(r.handshake_packets_sent),
+            thousands(r.peer_packets_sent)
+        );
+        if let (Some(mean), Some(p95)) = (r.rtt_mean_ms, r.rtt_p95_ms) {
+            let _ = writeln!(out, "RTT mean {mean:.2} ms, p95 {p95:.2} ms ({} samples)", thousands(r.rtt_samples as u64));
+        }
+        let _ = writeln!(
+            out,
+            "acks received {} (duplicate {}), congestion events {}, timeouts {}; link drops {}",
+            thousands(r.acks_received),
+            thousands(r.duplicate_acks_received),
+            thousands(r.congestion_events),
+            thousands(r.retransmission_timeouts),
+            thousands(self.link_drops)
+        );
+        if self.flows.len() > 1 {
+            let _ = writeln!(out, "flows:");
+            for f in &self.flows {
+                let _ = writeln!(
+                    out,
+                    "  {} {}→{} from {:.3} s, cc {}: {}{}, {} B in {:.3} s, goodput {}, retransmissions {}",
+                    f.flow,
+                    f.client_host,
+                    f.server_host,
+                    f.start_s,
+                    f.cc,
+                    f.status,
+                    if f.integrity_ok { " (SHA-256 match)" } else { " (INCOMPLETE)" },
+                    thousands(f.bytes_delivered),
+                    f.duration_s,
+                    rate(f.goodput_bps),
+                    thousands(f.retransmissions)
+                );
+            }
+            if let Some(j) = self.jain_index {
+                let _ = writeln!(out, "Jain's fairness index over goodputs: {j:.3}");
+            }
+        }
+        let notable: Vec<&LinkReport> = self.links.iter().filter(|l| l.utilisation.is_some() || !l.events.is_empty() || l.lost + l.queue_dropped + l.blackout_dropped > 0).collect();
+        if !notable.is_empty() {
+            let _ = writeln!(out, "links:");
+            for l in notable {
+                let utilisation = l.utilisation.map(|u| format!("utilisation {:.1} %, ", u * 100.0)).unwrap_or_default();
+                let delay = match (l.queue_delay_p50_ms, l.queue_delay_p95_ms) {
+                    (Some(p50), Some(p95)) => format!(", queueing delay p50 {p50:.2} ms, p95 {p95:.2} ms"),
+                    _ => String::new(),
+                };
+                let events = if l.events.is_empty() { String::new() } else { format!("; events: {}", l.events.join("; ")) };
+                let _ = writeln!(
+                    out,
+                    "  {} {} ({}→{}): {utilisation}drops {} (loss {}, queue {}, blackout {}){delay}{events}",
+                    l.link,
+                    l.direction,
+                    l.from_host,
+                    l.to_host,
+                    thousands(l.lost + l.queue_dropped + l.blackout_dropped),
+                    thousands(l.lost),
+                    thousands(l.queue_dropped),
+                    thousands(l.blackout_dropped)
+                );
+            }
+        }
+        out.pop();
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rtt_summary_uses_nearest_rank() {
+        let samples: Vec<u32> = (1..=100).map(|ms| ms * 1000).collect();
+        assert_eq!(rtt_summary(&samples), (Some(50.5), Some(95.0)));
+        assert_eq!(rtt_summary(&[]), (None, None));
+    }
+
+    #[test]
+    fn jain_index_is_one_for_equal_shares() {
+        assert_eq!(jain_index(&[5.0, 5.0, 5.0]), Some(1.0));
+        assert_eq!(jain_index(&[1.0, 0.0]), Some(0.5));
+        assert_eq!(jain_index(&[]), None);
+        assert_eq!(jain_index(&[0.0, 0.0]), None);
+    }
+
+    fn keys(value: &serde_json::Value) -> Vec<String> {
+        value.as_object().expect("an object").keys().cloned().collect()
+    }
+
+    #[test]
+    fn the_schema_lists_exactly_the_serialized_fields_in_order() {
+        let report = RunReport { flows: vec![FlowReport::default()], links: vec![LinkReport::default()], ..Default::default() };
+        let json: serde_json::Value = serde_json::from_str(&report.to_json()).unwrap();
+        let mut expected: Vec<&str> = FLOW_FIELDS.iter().map(|f| f.name).collect();
+        expected.extend(RUN_FIELDS.iter().map(|f| f.name));
+        let mut got = keys(&json);
+        let mut want: Vec<String> = expected.iter().map(|s| s.to_string()).collect();
+        got.sort();
+        want.sort();
+        assert_eq!(got, want);
+        let sorted = |fields: &[Field]| {
+            let mut names: Vec<String> = fields.iter().map(|f| f.name.to_string()).collect();
+            names.sort();
+            names
+        };
+        assert_eq!(keys(&json["flows"][0]), sorted(FLOW_FIELDS));
+        assert_eq!(keys(&json["links"][0]), sorted(LINK_FIELDS));
+        assert_eq!(keys(&json["link_up"]), sorted(LINK_STATS_FIELDS));
+        assert_eq!(RunReport::from_json(&report.to_json()).unwrap(), report);
+    }
+}

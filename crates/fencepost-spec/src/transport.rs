@@ -1,0 +1,187 @@
+//! A flow's transport from options: profile, loss recovery, congestion control,
+//! packet size, idle timeout. Congestion controllers are named in `--cc` specs;
+//! controllers from outside fencepost (written in Python, say) join the names
+//! with [`register_controller`].
+
+use crate::options::{fail, OptionError, CC_FORMS};
+use crate::units::{self, parse_params, UnitError};
+use fencepost_proto::{Arq, ControllerConfig, Duration, FixedConfig, Profile, TahoeConfig, TransportConfig};
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+/// Reads the parameters after `name:` into a controller configuration.
+pub type ControllerParser = Arc<dyn Fn(&str) -> Result<ControllerConfig, UnitError> + Send + Sync>;
+
+fn registry() -> &'static RwLock<BTreeMap<String, ControllerParser>> {
+    static REGISTRY: std::sync::OnceLock<RwLock<BTreeMap<String, ControllerParser>>> = std::sync::OnceLock::new();
+    REGISTRY.get_or_init(|| RwLock::new(BTreeMap::new()))
+}
+
+/// Makes `--cc NAME[:params]` build a controller from outside fencepost. The built-in
+/// names (`none`, `tahoe`) cannot be replaced.
+pub fn register_controller(name: &str, parse: ControllerParser) -> Result<(), UnitError> {
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+        return Err(UnitError(format!("{name:?} is not a controller name; use letters, digits, - and _")));
+    }
+    if matches!(name, "none" | "tahoe") {
+        return Err(UnitError(format!("{name:?} is a built-in controller")));
+    }
+    registry().write().unwrap_or_else(|p| p.into_inner()).insert(name.to_string(), parse);
+    Ok(())
+}
+
+/// Names of the controllers registered from outside.
+pub fn registered_controllers() -> Vec<String> {
+    registry().read().unwrap_or_else(|p| p.into_inner()).keys().cloned().collect()
+}
+
+fn number(key: &str, value: &str) -> Result<u64, UnitError> {
+    value.parse::<u64>().ok().filter(|&n| n > 0).ok_or_else(|| UnitError(format!("{key}: {value:?} is not a whole number of packets (1 or more)")))
+}
+
+fn switch(key: &str, value: &str) -> Result<bool, UnitError> {
+    units::parse_switch(value).map_err(|e| UnitError(format!("{key}: {e}")))
+}
+
+/// `none[:window=N,rate=R,pacing=on|off]`, `tahoe[:iw=N,ssthresh=N,pacing=on|off]`, or a registered name.
+/// `none` starts from the profile's own fixed window, so `none:window=32` keeps its pacing.
+pub fn parse_cc(spec: &str, transport: &TransportConfig) -> Result<ControllerConfig, UnitError> {
+    let (name, params) = spec.split_once(':').unwrap_or((spec, ""));
+    match name {
+        "none" => {
+            let mut config = match &transport.controller {
+                ControllerConfig::Fixed(f) => f.clone(),
+                _ => FixedConfig::default(),
+            };
+            for (key, value) in parse_params(params, &["window", "rate", "pacing"])? {
+                match key {
+                    "window" => config = config.window_packets(number(key, value)?),
+                    "pacing" => config = config.pace_by_rtt(switch(key, value)?),
+                    _ => config = config.pacing_rate(Some(units::parse_rate(value).map_err(|e| UnitError(format!("rate: {e}")))? / 8)),
+                }
+            }
+            Ok(ControllerConfig::Fixed(config))
+        }
+        "tahoe" => {
+            let mut config = TahoeConfig::default();
+            for (key, value) in parse_params(params, &["iw", "ssthresh", "pacing"])? {
+                match key {
+                    "iw" => config = config.initial_window(number(key, value)?),
+                    "ssthresh" => config = config.initial_ssthresh(Some(number(key, value)?)),
+                    _ => config = config.pacing(switch(key, value)?),
+                }
+            }
+            Ok(ControllerConfig::Tahoe(config))
+        }
+        other => {
+            let parser = registry().read().unwrap_or_else(|p| p.into_inner()).get(other).cloned();
+            match parser {
+                Some(parse) => parse(params),
+                None => {
+                    let mut accepted = CC_FORMS.to_string();
+                    for name in registered_controllers() {
+                        accepted.push_str(", ");
+                        accepted.push_str(&name);
+                    }
+                    Err(UnitError(format!("{other:?} is not a congestion controller; accepted: {accepted}")))
+                }
+            }
+        }
+    }
+}
+
+/// The controller as a spec string `parse_cc` reads back.
+pub fn describe_cc(config: &ControllerConfig) -> String {
+    match config {
+        ControllerConfig::Fixed(f) => match f.pacing_rate {
+            Some(rate) => format!("none:window={},rate={}bit", f.window_packets, rate * 8),
+            None => format!("none:window={},pacing={}", f.window_packets, if f.pace_by_rtt { "on" } else { "off" }),
+        },
+        ControllerConfig::Tahoe(t) => {
+            let mut s = format!("tahoe:iw={}", t.initial_window);
+            if let Some(ss) = t.initial_ssthresh {
+                s.push_str(&format!(",ssthresh={ss}"));
+            }
+            s.push_str(if t.pacing { ",pacing=on" } else { ",pacing=off" });
+            s
+        }
+        ControllerConfig::Custom(factory) => factory.describe(),
+    }
+}
+
+/// A transport configuration from transport options, looked up by name
+/// (`get("cc")`); options not given keep the profile's values.
+pub fn transport_config<'a>(get: impl Fn(&str) -> Option<&'a str>) -> Result<TransportConfig, OptionError> {
+    let profile = match get("profile").unwrap_or("default") {
+        "seed" => Profile::Seed,
+        "default" => Profile::Default,
+        other => return Err(fail("profile", format!("{other:?} is not a profile; accepted: seed, default"))),
+    };
+    let mut transport = TransportConfig::for_profile(profile);
+    transport.arq = match get("arq").unwrap_or("fence") {
+        "fence" => Arq::Fence,
+        "window" => Arq::Window,
+        other => return Err(fail("arq", format!("{other:?} is not a loss-recovery mode; accepted: fence, window"))),
+    };
+    if let Some(spec) = get("cc").filter(|s| !s.is_empty()) {
+        transport.controller = parse_cc(spec, &transport).map_err(|e| fail("cc", e))?;
+    }
+    if let Some(size) = get("packet-size").filter(|s| !s.is_empty()) {
+        let bytes = units::parse_bytes(size).map_err(|e| fail("packet-size", e))?;
+        if !(16..=65_000).contains(&bytes) {
+            return Err(fail("packet-size", format!("{bytes} bytes is out of range; a payload is 16 to 65000 bytes")));
+        }
+        transport.max_payload = bytes as u16;
+    }
+    if let Some(idle) = get("idle-timeout").filter(|s| !s.is_empty()) {
+        let idle = units::parse_duration(idle).map_err(|e| fail("idle-timeout", e))?;
+        if idle == 0 {
+            return Err(fail("idle-timeout", "must be more than 0"));
+        }
+        transport.idle_timeout = Duration::from_micros(idle);
+    }
+    Ok(transport)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cc_specs_round_trip() {
+        let t = TransportConfig::default_profile();
+        for spec in ["none:window=64,pacing=off", "none:window=10,rate=8000000bit", "tahoe:iw=1,ssthresh=10,pacing=off", "none:window=8,pacing=on"] {
+            let cc = parse_cc(spec, &t).unwrap();
+            assert_eq!(describe_cc(&cc), spec);
+        }
+        assert!(parse_cc("cubic", &t).unwrap_err().0.contains("tahoe"));
+    }
+
+    #[derive(Debug)]
+    struct Outside;
+    impl fencepost_proto::ControllerFactory for Outside {
+        fn build(&self, mss: u64) -> Box<dyn fencepost_proto::Controller> {
+            Box::new(fencepost_proto::congestion::Fixed::new(FixedConfig::default().window_packets(3), mss))
+        }
+        fn name(&self) -> &str {
+            "outside"
+        }
+        fn describe(&self) -> String {
+            "outside".into()
+        }
+    }
+
+    #[test]
+    fn controllers_from_outside_join_the_names() {
+        register_controller("outside", Arc::new(|params: &str| {
+            if params.is_empty() { Ok(ControllerConfig::Custom(Arc::new(Outside))) } else { Err(UnitError("takes no parameters".into())) }
+        }))
+        .unwrap();
+        let t = transport_config(|k| (k == "cc").then_some("outside")).unwrap();
+        assert_eq!(t.controller.name(), "outside");
+        assert_eq!(describe_cc(&t.controller), "outside");
+        assert!(transport_config(|k| (k == "cc").then_some("outside:x=1")).unwrap_err().message.contains("no parameters"));
+        assert!(register_controller("tahoe", Arc::new(|_: &str| Err(UnitError(String::new())))).is_err());
+        assert!(parse_cc("nope", &TransportConfig::default()).unwrap_err().0.contains("outside"));
+    }
+}
