@@ -115,6 +115,10 @@ def _events(events) -> Any:
 
 
 def _where(df, **equals):
+    """Rows where every given column has the given value. ``flow`` is skipped for
+    logs written before events named their flow (they have one flow)."""
+    if "flow" in equals and "flow" not in df.columns:
+        equals.pop("flow")
     mask = None
     for k, v in equals.items():
         m = df[k] == v
@@ -122,16 +126,17 @@ def _where(df, **equals):
     return df[mask] if mask is not None else df
 
 
-def time_sequence(events, side: str = "client", title: Optional[str] = None, start: float = 0.0, end: Optional[float] = None) -> Figure:
-    """Sequence number against time for one sender: first transmissions,
-    retransmissions, and the fence each ack reported (everything below the fence
-    base held; the fence top is the highest packet held)."""
+def time_sequence(events, side: str = "client", title: Optional[str] = None, start: float = 0.0, end: Optional[float] = None,
+                  flow: int = 1) -> Figure:
+    """Sequence number against time for one sender (``side`` of flow ``flow``): first
+    transmissions, retransmissions, and the fence each ack reported (everything
+    below the fence base held; the fence top is the highest packet held)."""
     df = _window(_events(events), start, end)
-    sent = _where(df, side=side, name="transport:packet_sent")
+    sent = _where(df, side=side, name="transport:packet_sent", flow=flow)
     sent = sent[sent["packet_type"].isin(["data", "close"])]
     first = sent[~sent["is_retransmission"].astype(bool)]
     again = sent[sent["is_retransmission"].astype(bool)]
-    acks = _where(df, side=side, name="fencepost:ack_received")
+    acks = _where(df, side=side, name="fencepost:ack_received", flow=flow)
     fig, ax = _figure((8, 4.5))
     ax.scatter(first["time"], first["packet_number"], s=6, marker=".", color="tab:blue", label="first transmission")
     ax.scatter(again["time"], again["packet_number"], s=18, marker="x", color="tab:red", label="retransmission")
@@ -150,10 +155,10 @@ def _window(df, start: float, end: Optional[float]):
 
 
 def congestion_window(events, side: str = "client", title: Optional[str] = None, packet_bytes: Optional[int] = None,
-                      start: float = 0.0, end: Optional[float] = None) -> Figure:
+                      start: float = 0.0, end: Optional[float] = None, flow: int = 1) -> Figure:
     """Congestion window and slow-start threshold over time (in packets when
     ``packet_bytes`` is given, else in kilobytes)."""
-    df = _window(_where(_events(events), side=side, name="recovery:metrics_updated"), start, end)
+    df = _window(_where(_events(events), side=side, name="recovery:metrics_updated", flow=flow), start, end)
     scale, unit = (1.0 / packet_bytes, "packets") if packet_bytes else (1e-3, "kB")
     fig, ax = _figure()
     ax.step(df["time"], df["congestion_window"] * scale, where="post", label="congestion window")
@@ -164,9 +169,10 @@ def congestion_window(events, side: str = "client", title: Optional[str] = None,
     return fig
 
 
-def rtt_over_time(events, side: str = "client", title: Optional[str] = None, start: float = 0.0, end: Optional[float] = None) -> Figure:
+def rtt_over_time(events, side: str = "client", title: Optional[str] = None, start: float = 0.0, end: Optional[float] = None,
+                  flow: int = 1) -> Figure:
     """Latest RTT sample and smoothed RTT over time."""
-    df = _window(_where(_events(events), side=side, name="recovery:metrics_updated"), start, end)
+    df = _window(_where(_events(events), side=side, name="recovery:metrics_updated", flow=flow), start, end)
     fig, ax = _figure()
     ax.plot(df["time"], df["latest_rtt"], ".", markersize=2, alpha=0.5, label="latest sample")
     ax.plot(df["time"], df["smoothed_rtt"], linewidth=1.2, label="smoothed (RFC 6298)")
@@ -174,9 +180,10 @@ def rtt_over_time(events, side: str = "client", title: Optional[str] = None, sta
     return fig
 
 
-def sequence_received(events, side: str = "server", title: Optional[str] = None, start: float = 0.0, end: Optional[float] = None) -> Figure:
+def sequence_received(events, side: str = "server", title: Optional[str] = None, start: float = 0.0, end: Optional[float] = None,
+                      flow: int = 1) -> Figure:
     """When each sequence number arrived at the receiver (as in the congestion-control notebook)."""
-    df = _window(_where(_events(events), side=side, name="transport:packet_received"), start, end)
+    df = _window(_where(_events(events), side=side, name="transport:packet_received", flow=flow), start, end)
     df = df[df["packet_type"] == "data"]
     fig, ax = _figure()
     ax.scatter(df["time"], df["packet_number"], s=3, marker=".", label="data packet received")
