@@ -36,6 +36,7 @@ bench: build
 	bash bench/sim_speed.sh
 	$(VPY) bench/sweep_speedup.py
 	bash bench/loopback.sh
+	bash bench/connections.sh
 
 clean:
 	cargo clean

@@ -186,8 +186,15 @@ def plan(experiment: Experiment) -> list[Task]:
             # By name, keeping the order of a name's repeated values (one per flow).
             pairs = sorted(normalize_options(options), key=lambda pair: pair[0])
             key = hashlib.sha256(json.dumps([build, pairs]).encode()).hexdigest()[:16]
-            tasks.append(Task(key, {_option_name(k): str(v) for k, v in condition.items()}, trial, pairs))
+            tasks.append(Task(key, {_option_name(k): _condition_text(v) for k, v in condition.items()}, trial, pairs))
     return tasks
+
+
+def _condition_text(value: Any) -> str:
+    """A condition's value as its column shows it: per-flow lists joined by ';', as reports join them."""
+    if isinstance(value, (list, tuple)):
+        return ";".join(str(v) for v in value)
+    return str(value)
 
 
 def _ignore_sigint() -> None:
