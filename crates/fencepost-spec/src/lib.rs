@@ -15,5 +15,5 @@ pub mod units;
 pub use link::{Direction, Directions, LinkAction};
 pub use options::{Command, Given, Kind, OptionError, OptionSpec, Scope, OPTIONS};
 pub use report::{FlowReport, LinkReport, RunReport};
-pub use scenario::{FlowSpec, Hop, LinkEventSpec, LinkSpec, Scenario, Topology, Workload};
+pub use scenario::{topology_from_text, FlowSpec, Hop, LinkEventSpec, LinkSpec, Scenario, Topology, Workload};
 pub use transport::{describe_cc, parse_cc, register_controller, transport_config};

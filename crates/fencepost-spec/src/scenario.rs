@@ -409,6 +409,20 @@ fn tables<'a>(raw: &'a toml::Table, key: &str) -> Result<Vec<&'a toml::Table>, F
 /// `[[event]]` tables change a link `at` a time.
 fn scenario_file(path: &Path) -> Result<Topology, FileError> {
     let text = std::fs::read_to_string(path).map_err(|e| FileError::File(format!("cannot read: {e}")))?;
+    let stem = path.file_stem().map_or("scenario".into(), |s| s.to_string_lossy().into_owned());
+    scenario_text(&text, &stem, path.parent())
+}
+
+/// The topology a scenario file's text describes; `base` resolves its relative trace paths.
+/// Errors say where, in the words the `--scenario` error uses after the file name.
+pub fn topology_from_text(text: &str, name: &str, base: Option<&Path>) -> Result<Topology, String> {
+    scenario_text(text, name, base).map_err(|e| match e {
+        FileError::Option(e) => e.to_string(),
+        FileError::File(message) => message,
+    })
+}
+
+fn scenario_text(text: &str, default_name: &str, base: Option<&Path>) -> Result<Topology, FileError> {
     let raw: toml::Table = text.parse().map_err(|e: toml::de::Error| FileError::File(format!("not valid TOML: {}", e.message())))?;
     for key in raw.keys() {
         let is_flow_default = options::lookup(key).is_some_and(|(s, _)| matches!(s.scope, Scope::Transport | Scope::Workload));
@@ -419,7 +433,6 @@ fn scenario_file(path: &Path) -> Result<Topology, FileError> {
             )));
         }
     }
-    let base = path.parent();
     let mut top = raw.clone();
     for key in FILE_TOP_KEYS {
         top.remove(*key);
@@ -427,7 +440,7 @@ fn scenario_file(path: &Path) -> Result<Topology, FileError> {
     let defaults = table_options(&top, "top level", &[Scope::Transport, Scope::Workload], &[])?;
     let name = match string_key(&raw, "name", "top level")? {
         Some(n) => n.to_string(),
-        None => path.file_stem().map_or("scenario".into(), |s| s.to_string_lossy().into_owned()),
+        None => default_name.to_string(),
     };
     let mut t = Topology { name, hosts: Vec::new(), links: Vec::new(), flows: Vec::new(), events: Vec::new(), bottleneck: 0 };
     let mut traces = TraceCache::default();
@@ -669,6 +682,30 @@ direction = "up"
         assert_eq!(t.flows[2].path, vec![Hop { link: 3, up: false }, Hop { link: 0, up: false }, Hop { link: 1, up: false }]);
         assert_eq!(t.events, vec![LinkEventSpec { at: Duration::from_secs(2), link: 0, action: LinkAction::Blackout(Duration::from_millis(500)), directions: Directions::Up }]);
         assert_eq!(s.seed, 4);
+    }
+
+    #[test]
+    fn mangled_scenario_files_are_errors_never_panics() {
+        let good = "cc = \"tahoe\"\n[[link]]\nname = \"core\"\nbetween = [\"a\", \"b\"]\nrate = \"10mbit\"\nloss-up = \"1%\"\n\
+                    [[link]]\nbetween = [\"b\", \"c\"]\n[[flow]]\nfrom = \"a\"\nto = \"c\"\nstart = 1\n\
+                    [[event]]\nat = \"2s\"\nrate = \"1mbit\"\n";
+        assert!(topology_from_text(good, "good", None).is_ok());
+        // Every truncation, and every single-byte change to a few likely characters.
+        let bytes = good.as_bytes();
+        let mut ok = 0;
+        for cut in 0..bytes.len() {
+            ok += topology_from_text(&good[..cut], "cut", None).is_ok() as usize;
+        }
+        for i in 0..bytes.len() {
+            for replacement in [b'"', b'[', b'=', b'0', b'\n', b'x', b'-'] {
+                let mut mangled = bytes.to_vec();
+                mangled[i] = replacement;
+                if let Ok(text) = std::str::from_utf8(&mangled) {
+                    let _ = topology_from_text(text, "mangled", None);
+                }
+            }
+        }
+        assert!(ok < bytes.len(), "most truncations are refused");
     }
 
     #[test]
