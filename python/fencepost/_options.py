@@ -67,10 +67,11 @@ def normalize_options(options: Mapping[str, Any]) -> list[tuple[str, str]]:
     return pairs
 
 
-def _help(spec: dict, suffix: str = "") -> str:
+def _help(spec: dict, command: str, suffix: str = "") -> str:
     text = spec["help"] + suffix
-    if spec["default"]:
-        text += f" (default {spec['default']})"
+    # `send` takes --bytes or --time explicitly; the workload defaults are the simulator's.
+    if spec["default"] and not (command == "send" and spec["scope"] == "workload"):
+        text += f" (default: {spec['default']})"
     return text.replace("%", "%%")  # argparse formats help with %
 
 
@@ -90,7 +91,7 @@ def add_arguments(parser: argparse.ArgumentParser, command: str, sweep: bool = F
             suffix = "; once per flow for different values"
         if spec["repeatable"]:
             suffix = ""
-        parser.add_argument("--" + spec["name"], *("--" + a for a in spec["aliases"]), dest=_dest(spec["name"]), metavar=metavar, help=_help(spec, suffix), **extra)
+        parser.add_argument("--" + spec["name"], *("--" + a for a in spec["aliases"]), dest=_dest(spec["name"]), metavar=metavar, help=_help(spec, command, suffix), **extra)
         if spec["per_direction"]:
             for direction, which in (("up", "client to server (the link's first host to its second)"), ("down", "the other way")):
                 parser.add_argument(f"--{spec['name']}-{direction}", dest=_dest(f"{spec['name']}-{direction}"), metavar=metavar,

@@ -159,7 +159,7 @@ pub static OPTIONS: &[OptionSpec] = &[
     // ---- transport ----
     per_flow(OptionSpec {
         choices: &["seed", "default"],
-        ..option("profile", Scope::Transport, Kind::Choice, "seed|default", "default", "transport profile: seed (the seed article's protocol) or default", ALL)
+        ..option("profile", Scope::Transport, Kind::Choice, "seed|default", "default", "transport profile: seed (the seed article's protocol) or default (the modern design)", ALL)
     }),
     per_flow(OptionSpec {
         choices: &["fence", "window"],
