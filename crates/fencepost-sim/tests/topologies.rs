@@ -21,7 +21,7 @@ fn two_tahoe_flows_share_a_dumbbell_fairly_and_fill_it() {
     let utilisation = bottleneck.utilisation.unwrap();
     assert!(utilisation >= 0.8, "bottleneck utilisation {utilisation}");
     assert!(bottleneck.queue_delay_p95_ms.unwrap() >= bottleneck.queue_delay_p50_ms.unwrap());
-    assert_eq!(report.link_up.offered, bottleneck.offered, "the top of the report is the bottleneck");
+    assert_eq!(report.link_up.offered, bottleneck.counters.offered, "the top of the report is the bottleneck");
     // Same seed, same bytes.
     assert_eq!(report.to_json(), run(scenario(&options)).to_json());
 }
@@ -34,7 +34,7 @@ fn a_blackout_in_the_middle_of_a_transfer_is_survived_and_reported() {
     assert!(report.duration_s > 30.0, "the ten dark seconds cost time: {}", report.duration_s);
     for direction in ["up", "down"] {
         let link = report.links.iter().find(|l| l.direction == direction).unwrap();
-        assert!(link.blackout_dropped > 0, "{direction}: {link:?}");
+        assert!(link.counters.blackout_dropped > 0, "{direction}: {link:?}");
         assert_eq!(link.events, vec!["at 10.000 s: blackout for 10.000 s".to_string()]);
     }
     assert!(report.to_text().contains("blackout for 10.000 s"));
@@ -112,7 +112,7 @@ cc = "none:window=40"
     assert_eq!(report.flows[2].cc, "none:window=40,pacing=on");
     assert_eq!(report.flows[0].client_host, "a");
     assert_eq!(report.flows[1].server_host, "sink");
-    assert_eq!(report.link_up.offered, report.links[0].offered, "the file's bottleneck is reported at the top");
+    assert_eq!(report.link_up.offered, report.links[0].counters.offered, "the file's bottleneck is reported at the top");
     assert_eq!(report.to_json(), run(scenario(&[("scenario", &path), ("seed", "5")])).to_json());
 }
 

@@ -60,13 +60,9 @@ pub struct LinkReport {
     pub direction: String,
     pub from_host: String,
     pub to_host: String,
-    pub offered: u64,
-    pub lost: u64,
-    pub queue_dropped: u64,
-    pub blackout_dropped: u64,
-    pub duplicated: u64,
-    pub delivered: u64,
-    pub bytes_delivered: u64,
+    /// The link model's counters (offered, lost, queue_dropped, ...), at the top level of the JSON.
+    #[serde(flatten)]
+    pub counters: LinkStats,
     /// Bytes delivered over the bytes the bottleneck could have carried, until the workloads completed.
     pub utilisation: Option<f64>,
     pub queue_delay_p50_ms: Option<f64>,
@@ -240,27 +236,23 @@ pub static LINK_STATS_FIELDS: &[Field] = &[
     field("bytes_delivered", Int, false, "bytes handed on, IP and UDP headers included"),
 ];
 
+/// The fields of one link direction besides its counters ([`LINK_STATS_FIELDS`], which come after `to_host`).
 pub static LINK_FIELDS: &[Field] = &[
     field("link", Str, false, "the link's name"),
     field("direction", Str, false, "up (first host to second) or down"),
     field("from_host", Str, false, "the host packets enter from"),
     field("to_host", Str, false, "the host they leave to"),
-    field("offered", Int, false, "packets that entered"),
-    field("lost", Int, false, "dropped by random loss"),
-    field("queue_dropped", Int, false, "dropped by a full queue"),
-    field("blackout_dropped", Int, false, "dropped during a blackout"),
-    field("duplicated", Int, false, "copies the link made"),
-    field("delivered", Int, false, "packets handed on"),
-    field("bytes_delivered", Int, false, "bytes handed on, IP and UDP headers included"),
     field("utilisation", OptionalFloat, false, "bytes delivered over what the bottleneck could carry until the workloads completed (none when unlimited)"),
     field("queue_delay_p50_ms", OptionalFloat, false, "median time from entering the link to leaving its bottleneck (waiting plus serialization)"),
     field("queue_delay_p95_ms", OptionalFloat, false, "95th percentile of the same"),
     field("events", Strings, false, "the link events applied, in order"),
 ];
 
-/// Every field, for `_core.report_schema()`: `{"flow": [...], "run": [...], "link": [...], "link_stats": [...]}`.
+/// Every field, for `_core.report_schema()`: `{"flow": [...], "run": [...], "link": [...], "link_stats": [...]}`
+/// (a link direction's fields are its own and then its counters).
 pub fn schema() -> serde_json::Value {
-    serde_json::json!({ "flow": FLOW_FIELDS, "run": RUN_FIELDS, "link": LINK_FIELDS, "link_stats": LINK_STATS_FIELDS })
+    let link: Vec<&Field> = LINK_FIELDS[..4].iter().chain(LINK_STATS_FIELDS).chain(&LINK_FIELDS[4..]).collect();
+    serde_json::json!({ "flow": FLOW_FIELDS, "run": RUN_FIELDS, "link": link, "link_stats": LINK_STATS_FIELDS })
 }
 
 // ---- text ----
@@ -378,7 +370,7 @@ impl RunReport {
                 let _ = writeln!(out, "Jain's fairness index over goodputs: {j:.3}");
             }
         }
-        let notable: Vec<&LinkReport> = self.links.iter().filter(|l| l.utilisation.is_some() || !l.events.is_empty() || l.lost + l.queue_dropped + l.blackout_dropped > 0).collect();
+        let notable: Vec<&LinkReport> = self.links.iter().filter(|l| l.utilisation.is_some() || !l.events.is_empty() || l.counters.lost + l.counters.queue_dropped + l.counters.blackout_dropped > 0).collect();
         if !notable.is_empty() {
             let _ = writeln!(out, "links:");
             for l in notable {
@@ -395,10 +387,10 @@ impl RunReport {
                     l.direction,
                     l.from_host,
                     l.to_host,
-                    thousands(l.lost + l.queue_dropped + l.blackout_dropped),
-                    thousands(l.lost),
-                    thousands(l.queue_dropped),
-                    thousands(l.blackout_dropped)
+                    thousands(l.counters.lost + l.counters.queue_dropped + l.counters.blackout_dropped),
+                    thousands(l.counters.lost),
+                    thousands(l.counters.queue_dropped),
+                    thousands(l.counters.blackout_dropped)
                 );
             }
         }
@@ -447,7 +439,9 @@ mod tests {
             names
         };
         assert_eq!(keys(&json["flows"][0]), sorted(FLOW_FIELDS));
-        assert_eq!(keys(&json["links"][0]), sorted(LINK_FIELDS));
+        let link: Vec<Field> = LINK_FIELDS.iter().chain(LINK_STATS_FIELDS).copied().collect();
+        assert_eq!(keys(&json["links"][0]), sorted(&link));
+        assert_eq!(schema()["link"].as_array().unwrap().len(), link.len());
         assert_eq!(keys(&json["link_up"]), sorted(LINK_STATS_FIELDS));
         assert_eq!(RunReport::from_json(&report.to_json()).unwrap(), report);
     }
