@@ -180,6 +180,8 @@ pub struct Connection {
     duplicate_acks: u32,
     /// When an ack last acknowledged something new (RFC 6298 5.3 restarts the timer then).
     last_ack_progress: Instant,
+    /// When the retransmission timer last expired (RFC 6298 5.6 restarts it then, backed off).
+    last_timeout: Instant,
     /// Probe packets a retransmission timeout may send past the congestion window (RFC 9002 6.2.4).
     probe_budget: u32,
     /// Loss-detection tolerance for reordering; grows when a retransmission proves spurious.
@@ -261,6 +263,7 @@ impl Connection {
             window_recovery_point: None,
             duplicate_acks: 0,
             last_ack_progress: now,
+            last_timeout: now,
             probe_budget: 0,
             reorder_threshold: config.reorder_threshold,
             time_threshold: config.time_threshold,
@@ -974,6 +977,7 @@ impl Connection {
                     // Nothing in flight but data waits on the peer's window: probe it.
                     self.keepalive_due = true;
                 }
+                self.last_timeout = now;
                 self.rto_backoff += 1;
             }
             State::Drained | State::Lost => {}
@@ -1235,14 +1239,22 @@ impl Connection {
         let continuous = self.config.send_policy == SendPolicy::Continuous;
         let rto = self.rtt.rto(self.config.max_ack_delay, self.config.min_rto, self.config.max_rto);
         let doublings = self.rto_backoff.min(self.controller.max_timeout_doublings()).min(16);
-        let backed_off = rto.saturating_mul(1 << doublings).min(self.config.max_rto.max(rto));
+        // Backing off is bounded by the profile, and so that about thirty probes fit in one idle
+        // timeout: on a path that loses half the packets each way, a probe and its answer both
+        // get through one time in four, and fewer tries would let the idle timeout declare a
+        // live path dead.
+        let ceiling = self.config.max_rto.min(self.config.idle_timeout / 30).max(rto);
+        let backed_off = rto.saturating_mul(1 << doublings).min(ceiling);
         let retransmit = match self.state {
             // Handshake packets are tiny and nothing works until one gets through: on a
             // lossy link, retrying at most every second beats backing off to the maximum.
             State::Handshake if continuous => Some(self.last_handshake_sent + backed_off.min(rto.max(Duration::from_secs(1)))),
             State::Established | State::Closed if continuous => {
                 if let Some(oldest) = self.disassembler.oldest_in_flight() {
-                    Some(oldest.max(self.last_ack_progress) + backed_off)
+                    // Restarted by new acks and by its own expiry: without the latter, once the
+                    // oldest packets are resent as probes the next-oldest is already overdue and
+                    // the timer fires again at once, resending the whole flight two by two.
+                    Some(oldest.max(self.last_ack_progress).max(self.last_timeout) + backed_off)
                 } else if self.disassembler.has_new() && !self.flow_control_allows_new() {
                     Some(self.last_ack_eliciting_sent.max(now - backed_off) + backed_off)
                 } else {

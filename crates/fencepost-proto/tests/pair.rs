@@ -143,3 +143,18 @@ fn a_lost_accept_is_answered_again() {
     assert_eq!(Pair::read_all(p.server()).0, b"x");
     assert!(p.client.stats().handshakes_sent >= 2);
 }
+
+#[test]
+fn a_timeout_restarts_the_timer_instead_of_resending_the_whole_flight() {
+    let mut p = Pair::new(fast_config(), fast_config());
+    p.run_until(at(20));
+    // The path goes dark with 64 packets in flight.
+    p.drop = Box::new(|_, _, _, _| true);
+    p.client.write(&[1u8; 6_400]).unwrap();
+    p.run_until(at(3_020));
+    let s = p.client.stats();
+    // Each expiry resends the two oldest packets as probes and restarts the timer (RFC 6298 5.6);
+    // it must not find the next-oldest already overdue and fire again at once.
+    assert!(s.retransmission_timeouts > 5 && s.retransmission_timeouts <= 3_000 / 50, "{} timeouts", s.retransmission_timeouts);
+    assert!(s.retransmissions <= 2 * s.retransmission_timeouts, "{} retransmissions for {} timeouts", s.retransmissions, s.retransmission_timeouts);
+}

@@ -5,7 +5,7 @@
 
 use crate::options::{fail, OptionError, CC_FORMS};
 use crate::units::{self, parse_params, UnitError};
-use fencepost_proto::{Arq, ControllerConfig, Duration, FixedConfig, Profile, TahoeConfig, TransportConfig};
+use fencepost_proto::{Arq, ControllerConfig, Duration, FixedConfig, Profile, RenoConfig, TransportConfig};
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
@@ -18,12 +18,12 @@ fn registry() -> &'static RwLock<BTreeMap<String, ControllerParser>> {
 }
 
 /// Makes `--cc NAME[:params]` build a controller from outside fencepost. The built-in
-/// names (`none`, `tahoe`) cannot be replaced.
+/// names (`none`, `tahoe`, `reno`) cannot be replaced.
 pub fn register_controller(name: &str, parse: ControllerParser) -> Result<(), UnitError> {
     if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
         return Err(UnitError(format!("{name:?} is not a controller name; use letters, digits, - and _")));
     }
-    if matches!(name, "none" | "tahoe") {
+    if matches!(name, "none" | "tahoe" | "reno") {
         return Err(UnitError(format!("{name:?} is a built-in controller")));
     }
     registry().write().unwrap_or_else(|p| p.into_inner()).insert(name.to_string(), parse);
@@ -43,7 +43,7 @@ fn switch(key: &str, value: &str) -> Result<bool, UnitError> {
     units::parse_switch(value).map_err(|e| UnitError(format!("{key}: {e}")))
 }
 
-/// `none[:window=N,rate=R,pacing=on|off]`, `tahoe[:iw=N,ssthresh=N,pacing=on|off]`, or a registered name.
+/// `none[:window=N,rate=R,pacing=on|off]`, `tahoe`/`reno[:iw=N,ssthresh=N,pacing=on|off]`, or a registered name.
 /// `none` starts from the profile's own fixed window, so `none:window=32` keeps its pacing.
 pub fn parse_cc(spec: &str, transport: &TransportConfig) -> Result<ControllerConfig, UnitError> {
     let (name, params) = spec.split_once(':').unwrap_or((spec, ""));
@@ -62,8 +62,8 @@ pub fn parse_cc(spec: &str, transport: &TransportConfig) -> Result<ControllerCon
             }
             Ok(ControllerConfig::Fixed(config))
         }
-        "tahoe" => {
-            let mut config = TahoeConfig::default();
+        "tahoe" | "reno" => {
+            let mut config = RenoConfig::default();
             for (key, value) in parse_params(params, &["iw", "ssthresh", "pacing"])? {
                 match key {
                     "iw" => config = config.initial_window(number(key, value)?),
@@ -71,7 +71,7 @@ pub fn parse_cc(spec: &str, transport: &TransportConfig) -> Result<ControllerCon
                     _ => config = config.pacing(switch(key, value)?),
                 }
             }
-            Ok(ControllerConfig::Tahoe(config))
+            Ok(if name == "tahoe" { ControllerConfig::Tahoe(config) } else { ControllerConfig::Reno(config) })
         }
         other => {
             let parser = registry().read().unwrap_or_else(|p| p.into_inner()).get(other).cloned();
@@ -97,8 +97,8 @@ pub fn describe_cc(config: &ControllerConfig) -> String {
             Some(rate) => format!("none:window={},rate={}bit", f.window_packets, rate * 8),
             None => format!("none:window={},pacing={}", f.window_packets, if f.pace_by_rtt { "on" } else { "off" }),
         },
-        ControllerConfig::Tahoe(t) => {
-            let mut s = format!("tahoe:iw={}", t.initial_window);
+        ControllerConfig::Tahoe(t) | ControllerConfig::Reno(t) => {
+            let mut s = format!("{}:iw={}", config.name(), t.initial_window);
             if let Some(ss) = t.initial_ssthresh {
                 s.push_str(&format!(",ssthresh={ss}"));
             }
@@ -150,7 +150,7 @@ mod tests {
     #[test]
     fn cc_specs_round_trip() {
         let t = TransportConfig::default_profile();
-        for spec in ["none:window=64,pacing=off", "none:window=10,rate=8000000bit", "tahoe:iw=1,ssthresh=10,pacing=off", "none:window=8,pacing=on"] {
+        for spec in ["none:window=64,pacing=off", "none:window=10,rate=8000000bit", "tahoe:iw=1,ssthresh=10,pacing=off", "none:window=8,pacing=on", "reno:iw=10,pacing=on"] {
             let cc = parse_cc(spec, &t).unwrap();
             assert_eq!(describe_cc(&cc), spec);
         }

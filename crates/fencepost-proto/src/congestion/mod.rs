@@ -19,12 +19,12 @@
 mod delivery_rate;
 mod fixed;
 mod pacer;
-mod tahoe;
+mod reno;
 
 pub use delivery_rate::DeliveryRateEstimator;
 pub use fixed::{Fixed, FixedConfig};
 pub use pacer::Pacer;
-pub use tahoe::{Tahoe, TahoeConfig};
+pub use reno::{Flavour, Reno, RenoConfig, Tahoe, TahoeConfig};
 
 use crate::rtt::RttEstimator;
 use crate::time::{Duration, Instant};
@@ -187,6 +187,8 @@ pub enum ControllerConfig {
     Fixed(FixedConfig),
     /// TCP Tahoe: slow start, congestion avoidance, window to one packet on loss.
     Tahoe(TahoeConfig),
+    /// NewReno (RFC 6582, as RFC 9002 has it): window halved on loss, once per round trip.
+    Reno(RenoConfig),
     /// A controller from outside this crate.
     Custom(Arc<dyn ControllerFactory>),
 }
@@ -196,6 +198,7 @@ impl PartialEq for ControllerConfig {
         match (self, other) {
             (ControllerConfig::Fixed(a), ControllerConfig::Fixed(b)) => a == b,
             (ControllerConfig::Tahoe(a), ControllerConfig::Tahoe(b)) => a == b,
+            (ControllerConfig::Reno(a), ControllerConfig::Reno(b)) => a == b,
             (ControllerConfig::Custom(a), ControllerConfig::Custom(b)) => Arc::ptr_eq(a, b) || a.describe() == b.describe(),
             _ => false,
         }
@@ -207,7 +210,8 @@ impl ControllerConfig {
     pub fn build(&self, mss: u64) -> Box<dyn Controller> {
         match self {
             ControllerConfig::Fixed(c) => Box::new(Fixed::new(c.clone(), mss)),
-            ControllerConfig::Tahoe(c) => Box::new(Tahoe::new(c.clone(), mss)),
+            ControllerConfig::Tahoe(c) => Box::new(Reno::tahoe(c.clone(), mss)),
+            ControllerConfig::Reno(c) => Box::new(Reno::new_reno(c.clone(), mss)),
             ControllerConfig::Custom(factory) => factory.build(mss),
         }
     }
@@ -216,6 +220,7 @@ impl ControllerConfig {
         match self {
             ControllerConfig::Fixed(_) => "none",
             ControllerConfig::Tahoe(_) => "tahoe",
+            ControllerConfig::Reno(_) => "reno",
             ControllerConfig::Custom(factory) => factory.name(),
         }
     }

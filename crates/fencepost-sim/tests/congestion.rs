@@ -1,0 +1,42 @@
+//! The loss-based controllers against what theory says of them.
+
+use fencepost_sim::{run, Scenario};
+
+fn goodput(cc: &str, one_way_delay: &str, loss: f64, seed: u64) -> f64 {
+    let loss = format!("{loss}%");
+    let seed = seed.to_string();
+    let options = [("cc", cc), ("delay", one_way_delay), ("loss-up", loss.as_str()), ("time", "60s"), ("seed", seed.as_str())];
+    let report = run(Scenario::from_options(options).unwrap());
+    assert!(report.integrity_ok, "{cc} {one_way_delay} {loss}: {:?}", report.error);
+    report.goodput_bps
+}
+
+/// Mathis et al. (1997): a Reno sender with loss probability p gets (MSS/RTT) sqrt(3/(2p)).
+#[test]
+fn reno_follows_the_mathis_formula_and_tahoe_stays_below_it() {
+    const MSS_BITS: f64 = 1458.0 * 8.0;
+    const SEEDS: u64 = 3;
+    for (delay, rtt) in [("10ms", 0.020), ("25ms", 0.050)] {
+        for p in [0.5f64, 1.0, 2.0, 3.0, 5.0] {
+            let formula = MSS_BITS / rtt * (3.0 / (2.0 * p / 100.0)).sqrt();
+            let mean = |cc: &str| (1..=SEEDS).map(|seed| goodput(cc, delay, p, seed)).sum::<f64>() / SEEDS as f64;
+            let (reno, tahoe) = (mean("reno"), mean("tahoe"));
+            let ratio = reno / formula;
+            assert!((0.8..=1.2).contains(&ratio), "reno at {rtt} s RTT, {p} % loss: {:.2} Mbit/s, {ratio:.3} of the formula", reno / 1e6);
+            assert!(tahoe < reno, "tahoe {:.2} vs reno {:.2} Mbit/s at {rtt} s RTT, {p} % loss", tahoe / 1e6, reno / 1e6);
+        }
+    }
+}
+
+#[test]
+fn tahoe_and_reno_finish_at_thirty_and_fifty_percent_loss() {
+    for cc in ["tahoe", "reno"] {
+        for loss in ["30%", "50%"] {
+            for arq in ["fence", "window"] {
+                let options = [("cc", cc), ("arq", arq), ("loss", loss), ("delay", "10ms"), ("rate", "100mbit"), ("bytes", "2MB")];
+                let report = run(Scenario::from_options(options).unwrap());
+                assert!(report.integrity_ok && report.close_ok, "{cc} {arq} at {loss}: {} {:?}", report.status, report.error);
+            }
+        }
+    }
+}
