@@ -23,7 +23,7 @@ pub mod wire;
 
 pub use assembler::Assembler;
 pub use config::{Arq, FenceWidth, Profile, SendPolicy, TransportConfig};
-pub use congestion::{AckBatch, Controller, ControllerConfig, ControllerFactory, FixedConfig, RateSample, RenoConfig, SentPacket, TahoeConfig};
+pub use congestion::{AckBatch, Controller, ControllerConfig, ControllerFactory, CubicConfig, FixedConfig, RateSample, RenoConfig, SentPacket, TahoeConfig};
 pub use connection::{Connection, ConnectionError, Event, ReadError, Side, State, Transmit, WriteError};
 pub use disassembler::Disassembler;
 pub use endpoint::{AcceptError, ConnectionHandle, DatagramEvent, Endpoint, EndpointConfig, EndpointStats, Incoming};

@@ -40,3 +40,20 @@ fn tahoe_and_reno_finish_at_thirty_and_fifty_percent_loss() {
         }
     }
 }
+
+#[test]
+fn cubic_fills_a_clean_path_shares_it_fairly_and_is_never_slower_than_reno() {
+    let alone = run(Scenario::from_options([("cc", "cubic"), ("rate", "100mbit"), ("delay", "20ms"), ("queue", "1MB"), ("time", "30s")]).unwrap());
+    assert!(alone.integrity_ok && alone.goodput_bps >= 90e6, "{:.1} Mbit/s", alone.goodput_bps / 1e6);
+    let pair = [("flows", "2"), ("cc", "cubic"), ("rate", "100mbit"), ("delay", "20ms"), ("queue", "500kB"), ("time", "60s"), ("start", "0s"), ("start", "5s")];
+    let shared = run(Scenario::from_options(pair).unwrap());
+    assert!(shared.integrity_ok, "{:?}", shared.error);
+    let jain = shared.jain_index.unwrap();
+    assert!(jain >= 0.95, "two CUBIC flows, the second 5 s late: Jain {jain}");
+    // RFC 9438 4.3: where the cubic curve is slower than Reno would be, CUBIC follows Reno.
+    for p in [0.5, 2.0] {
+        let cubic = goodput("cubic", "10ms", p, 1);
+        let reno = goodput("reno", "10ms", p, 1);
+        assert!(cubic >= 0.95 * reno, "{p} %: cubic {:.2} vs reno {:.2} Mbit/s", cubic / 1e6, reno / 1e6);
+    }
+}

@@ -561,7 +561,7 @@ mod tests {
         assert!(e.to_string().contains("--rate") && e.to_string().contains("100mbit"), "{e}");
         let e = build(&[("trace", "/nonexistent/trace")]).unwrap_err();
         assert!(e.to_string().starts_with("--trace: /nonexistent/trace: cannot read"), "{e}");
-        let e = build(&[("cc", "cubic")]).unwrap_err();
+        let e = build(&[("cc", "vegas")]).unwrap_err();
         assert!(e.to_string().contains("tahoe"), "{e}");
         let e = build(&[("loss-model", "gilbert:p=0.1")]).unwrap_err();
         assert!(e.to_string().contains("needs p"), "{e}");
@@ -717,7 +717,7 @@ direction = "up"
             ("[[link]]\nbetween = [\"a\", \"b\"]\n[[flow]]\nfrom = \"a\"\nto = \"z\"\n", "flow 1: to: no host named \"z\"; hosts: a, b"),
             ("[[link]]\nbetween = [\"a\", \"b\"]\n[[link]]\nbetween = [\"c\", \"d\"]\n[[flow]]\nfrom = \"a\"\nto = \"d\"\n", "flow 1: no path from a to d"),
             ("[[link]]\nbetween = [\"a\", \"b\"]\n[[flow]]\nfrom = \"a\"\nto = \"b\"\n[[event]]\nat = \"1s\"\nmelt = 1\n", "event 1: unknown key \"melt\""),
-            ("[[link]]\nbetween = [\"a\", \"b\"]\n[[flow]]\nfrom = \"a\"\nto = \"b\"\ncc = \"cubic\"\n", "flow 1: cc: \"cubic\" is not a congestion controller"),
+            ("[[link]]\nbetween = [\"a\", \"b\"]\n[[flow]]\nfrom = \"a\"\nto = \"b\"\ncc = \"vegas\"\n", "flow 1: cc: \"vegas\" is not a congestion controller"),
             ("seed = 3\n", "unknown top-level key \"seed\""),
             ("[[flow]]\nfrom = \"a\"\nto = \"b\"\n", "no [[link]] tables"),
             ("this is not toml", "not valid TOML"),

@@ -5,6 +5,7 @@
 
 use crate::options::{fail, OptionError, CC_FORMS};
 use crate::units::{self, parse_params, UnitError};
+use fencepost_proto::congestion::CubicConfig;
 use fencepost_proto::{Arq, ControllerConfig, Duration, FixedConfig, Profile, RenoConfig, TransportConfig};
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -23,7 +24,7 @@ pub fn register_controller(name: &str, parse: ControllerParser) -> Result<(), Un
     if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
         return Err(UnitError(format!("{name:?} is not a controller name; use letters, digits, - and _")));
     }
-    if matches!(name, "none" | "tahoe" | "reno") {
+    if matches!(name, "none" | "tahoe" | "reno" | "cubic") {
         return Err(UnitError(format!("{name:?} is a built-in controller")));
     }
     registry().write().unwrap_or_else(|p| p.into_inner()).insert(name.to_string(), parse);
@@ -73,6 +74,17 @@ pub fn parse_cc(spec: &str, transport: &TransportConfig) -> Result<ControllerCon
             }
             Ok(if name == "tahoe" { ControllerConfig::Tahoe(config) } else { ControllerConfig::Reno(config) })
         }
+        "cubic" => {
+            let mut config = CubicConfig::default();
+            for (key, value) in parse_params(params, &["iw", "pacing", "hystart"])? {
+                match key {
+                    "iw" => config = config.initial_window(number(key, value)?),
+                    "pacing" => config = config.pacing(switch(key, value)?),
+                    _ => config = config.hystart(switch(key, value)?),
+                }
+            }
+            Ok(ControllerConfig::Cubic(config))
+        }
         other => {
             let parser = registry().read().unwrap_or_else(|p| p.into_inner()).get(other).cloned();
             match parser {
@@ -104,6 +116,10 @@ pub fn describe_cc(config: &ControllerConfig) -> String {
             }
             s.push_str(if t.pacing { ",pacing=on" } else { ",pacing=off" });
             s
+        }
+        ControllerConfig::Cubic(c) => {
+            let on = |b: bool| if b { "on" } else { "off" };
+            format!("cubic:iw={},pacing={},hystart={}", c.initial_window, on(c.pacing), on(c.hystart))
         }
         ControllerConfig::Custom(factory) => factory.describe(),
     }
@@ -150,11 +166,11 @@ mod tests {
     #[test]
     fn cc_specs_round_trip() {
         let t = TransportConfig::default_profile();
-        for spec in ["none:window=64,pacing=off", "none:window=10,rate=8000000bit", "tahoe:iw=1,ssthresh=10,pacing=off", "none:window=8,pacing=on", "reno:iw=10,pacing=on"] {
+        for spec in ["none:window=64,pacing=off", "none:window=10,rate=8000000bit", "tahoe:iw=1,ssthresh=10,pacing=off", "none:window=8,pacing=on", "reno:iw=10,pacing=on", "cubic:iw=10,pacing=on,hystart=off"] {
             let cc = parse_cc(spec, &t).unwrap();
             assert_eq!(describe_cc(&cc), spec);
         }
-        assert!(parse_cc("cubic", &t).unwrap_err().0.contains("tahoe"));
+        assert!(parse_cc("vegas", &t).unwrap_err().0.contains("tahoe"));
     }
 
     #[derive(Debug)]

@@ -16,11 +16,15 @@
 //! any other through a [`ControllerFactory`] (how the Python bindings register
 //! controllers written in Python).
 
+mod cubic;
 mod delivery_rate;
 mod fixed;
 mod pacer;
 mod reno;
+#[cfg(test)]
+mod script;
 
+pub use cubic::{Cubic, CubicConfig};
 pub use delivery_rate::DeliveryRateEstimator;
 pub use fixed::{Fixed, FixedConfig};
 pub use pacer::Pacer;
@@ -189,6 +193,8 @@ pub enum ControllerConfig {
     Tahoe(TahoeConfig),
     /// NewReno (RFC 6582, as RFC 9002 has it): window halved on loss, once per round trip.
     Reno(RenoConfig),
+    /// CUBIC (RFC 9438) with HyStart++ (RFC 9406).
+    Cubic(CubicConfig),
     /// A controller from outside this crate.
     Custom(Arc<dyn ControllerFactory>),
 }
@@ -199,6 +205,7 @@ impl PartialEq for ControllerConfig {
             (ControllerConfig::Fixed(a), ControllerConfig::Fixed(b)) => a == b,
             (ControllerConfig::Tahoe(a), ControllerConfig::Tahoe(b)) => a == b,
             (ControllerConfig::Reno(a), ControllerConfig::Reno(b)) => a == b,
+            (ControllerConfig::Cubic(a), ControllerConfig::Cubic(b)) => a == b,
             (ControllerConfig::Custom(a), ControllerConfig::Custom(b)) => Arc::ptr_eq(a, b) || a.describe() == b.describe(),
             _ => false,
         }
@@ -212,6 +219,7 @@ impl ControllerConfig {
             ControllerConfig::Fixed(c) => Box::new(Fixed::new(c.clone(), mss)),
             ControllerConfig::Tahoe(c) => Box::new(Reno::tahoe(c.clone(), mss)),
             ControllerConfig::Reno(c) => Box::new(Reno::new_reno(c.clone(), mss)),
+            ControllerConfig::Cubic(c) => Box::new(Cubic::new(c.clone(), mss)),
             ControllerConfig::Custom(factory) => factory.build(mss),
         }
     }
@@ -221,6 +229,7 @@ impl ControllerConfig {
             ControllerConfig::Fixed(_) => "none",
             ControllerConfig::Tahoe(_) => "tahoe",
             ControllerConfig::Reno(_) => "reno",
+            ControllerConfig::Cubic(_) => "cubic",
             ControllerConfig::Custom(factory) => factory.name(),
         }
     }

@@ -197,62 +197,9 @@ impl Controller for Reno {
 
 #[cfg(test)]
 mod tests {
+    use super::super::script::{at, Script, MSS};
     use super::*;
     use crate::time::Duration;
-
-    const MSS: u64 = 1000;
-
-    fn at(ms: u64) -> Instant {
-        Instant::from_millis(ms)
-    }
-
-    /// A scripted sender: packets go out at given times and come back acknowledged one ack each.
-    struct Script {
-        cc: Reno,
-        rtt: RttEstimator,
-        flight: u64,
-    }
-
-    impl Script {
-        fn new(cc: Reno) -> Self {
-            let mut rtt = RttEstimator::new(Duration::from_millis(100));
-            rtt.update(Duration::from_millis(100));
-            Script { cc, rtt, flight: 0 }
-        }
-        fn send(&mut self, t: u64, n: u64) -> Vec<SentPacket> {
-            (0..n)
-                .map(|_| {
-                    self.flight += MSS;
-                    let p = SentPacket { sent: at(t), bytes: MSS, ..Default::default() };
-                    self.cc.on_sent(at(t), &p, self.flight);
-                    p
-                })
-                .collect()
-        }
-        /// One ack per packet, each its own batch.
-        fn ack_each(&mut self, t: u64, packets: &[SentPacket]) {
-            for p in packets {
-                self.flight -= p.bytes;
-                self.cc.on_ack(at(t), p, &self.rtt);
-                self.cc.on_ack_batch(at(t), &AckBatch { bytes_in_flight: self.flight, ..Default::default() }, &self.rtt);
-            }
-        }
-        /// One ack covering all of them.
-        fn ack_together(&mut self, t: u64, packets: &[SentPacket]) {
-            for p in packets {
-                self.flight -= p.bytes;
-                self.cc.on_ack(at(t), p, &self.rtt);
-            }
-            self.cc.on_ack_batch(at(t), &AckBatch { bytes_in_flight: self.flight, ..Default::default() }, &self.rtt);
-        }
-        fn lose(&mut self, t: u64, packet: &SentPacket) {
-            self.flight -= packet.bytes;
-            self.cc.on_congestion_event(at(t), packet.sent, packet.bytes);
-        }
-        fn cwnd(&self) -> u64 {
-            self.cc.window() / MSS
-        }
-    }
 
     fn unpaced(flavour: Flavour, iw: u64, ssthresh: Option<u64>) -> Reno {
         Reno::new(flavour, RenoConfig::default().initial_window(iw).initial_ssthresh(ssthresh).pacing(false), MSS)
