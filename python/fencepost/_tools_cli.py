@@ -116,7 +116,12 @@ def cmd_send(args: argparse.Namespace) -> int:
     else:
         print("- - - - - - - - - - - - - - - - - - - - - - - - -")
         print(f"[  1]   0.00-{s['duration_s']:<6.2f} sec {_bytes(s['bytes'])}  {_units(s['bits_per_second'], 'bits/sec')}  {s['retransmissions']:5d}   sender")
-        verdict = "SHA-256 match" if s["hashes_match"] else f"MISMATCH (sent {s['sha256'][:16]}..., received {s['receiver_sha256'][:16] or 'nothing'}...)"
+        if s["hashes_match"]:
+            verdict = "SHA-256 match"
+        elif not s["receiver_sha256"]:
+            verdict = f"INCOMPLETE ({s['incomplete_reason']}; the sink acknowledged the bytes shown)"
+        else:
+            verdict = f"MISMATCH (sent {s['sha256'][:16]}..., received {s['receiver_sha256'][:16]}...)"
         print(f"[  1]   0.00-{s['duration_s']:<6.2f} sec {_bytes(s['receiver_bytes'])}  {_units(s['receiver_bytes'] * 8 / max(s['duration_s'], 1e-9), 'bits/sec')}          receiver  {verdict}")
         print(f"packets sent {s['packets_sent']:,} (data {s['data_packets_sent']:,}), acks received {s['acks_received']:,}, smoothed RTT {s['rtt_ms']:.3f} ms")
     return 0 if s["hashes_match"] else 1
@@ -143,7 +148,7 @@ def iperf_shaped(host: str, port: int, started: float, nbytes, seconds, interval
                          "bits_per_second": s["bits_per_second"], "retransmits": s["retransmissions"]},
             "sum_received": {"start": 0, "end": s["duration_s"], "seconds": s["duration_s"], "bytes": s["receiver_bytes"],
                              "bits_per_second": s["receiver_bytes"] * 8 / max(s["duration_s"], 1e-9)},
-            "fencepost": {k: s[k] for k in ("sha256", "receiver_sha256", "hashes_match", "packets_sent", "data_packets_sent", "acks_received", "rtt_ms")},
+            "fencepost": {k: s[k] for k in ("sha256", "receiver_sha256", "hashes_match", "complete", "incomplete_reason", "packets_sent", "data_packets_sent", "acks_received", "rtt_ms")},
         },
     }
 

@@ -283,6 +283,12 @@ impl Connection {
         st.proto.connection(self.handle).map(|c| c.stats().clone()).unwrap_or_default()
     }
 
+    /// Stream bytes the peer acknowledged without a gap (what its application can have read).
+    pub fn acknowledged(&self) -> u64 {
+        let st = self.shared.lock();
+        st.proto.connection(self.handle).map_or(0, |c| c.stream_bytes_acknowledged())
+    }
+
     /// RTT, congestion window and bytes in flight right now: (srtt, cwnd, in flight).
     pub fn path(&self) -> (Duration, u64, u64) {
         let st = self.shared.lock();

@@ -124,9 +124,15 @@ pub struct SendSummary {
     pub duration_s: f64,
     pub bits_per_second: f64,
     pub sha256: String,
+    /// The sink's count and hash, from its receipt; without a receipt (the flush did
+    /// not finish in time), the bytes the sink acknowledged and an empty hash.
     pub receiver_bytes: u64,
     pub receiver_sha256: String,
     pub hashes_match: bool,
+    /// Everything written arrived and the sink's receipt came back.
+    pub complete: bool,
+    /// Why the transfer is incomplete, when it is.
+    pub incomplete_reason: Option<String>,
     pub packets_sent: u64,
     pub data_packets_sent: u64,
     pub retransmissions: u64,
@@ -134,7 +140,15 @@ pub struct SendSummary {
     pub rtt_ms: f64,
 }
 
+/// After a timed send's writing time ends, how long it may take to deliver what was
+/// written and get the receipt: the writing time again, at least 2 s and at most 10 s.
+fn flush_grace(limit: Duration) -> Duration {
+    limit.clamp(Duration::from_secs(2), CLOSE_WAIT)
+}
+
 /// Streams bytes to a `serve` sink, reporting every `interval`, and checks the sink's receipt.
+/// A timed send is bounded as a whole: it writes until the time is up (even while the
+/// window is closed), then allows [`flush_grace`] for the rest to arrive, and reports.
 pub async fn send(
     endpoint: &Endpoint,
     target: SocketAddr,
@@ -148,9 +162,14 @@ pub async fn send(
     Xoshiro256PlusPlus::seed_from_u64(0x5eed).fill_bytes(&mut chunk);
     let mut hash = Sha256::new();
     let started = Instant::now();
+    let writing_ends = match amount {
+        Amount::Time(limit) => Some(tokio::time::Instant::from_std(started + limit)),
+        Amount::Bytes(_) => None,
+    };
     let mut next_report = started + interval;
     let mut last = (0.0f64, 0u64, 0u64); // (time, bytes, retransmissions) at the last report
     let mut sent = 0u64;
+    let mut offset = 0usize;
     let io = |e: std::io::Error| NetError::Io(e);
     loop {
         let remaining = match amount {
@@ -161,10 +180,19 @@ pub async fn send(
         if remaining == 0 {
             break;
         }
-        let n = remaining.min(chunk.len() as u64) as usize;
-        conn.write_all(&chunk[..n]).await.map_err(io)?;
-        hash.update(&chunk[..n]);
-        sent += n as u64;
+        let n = remaining.min((chunk.len() - offset) as u64) as usize;
+        let piece = &chunk[offset..offset + n];
+        // `send` takes what fits (waiting for room) and nothing if the time runs out first.
+        let written = match writing_ends {
+            Some(end) => match tokio::time::timeout_at(end, conn.send(piece)).await {
+                Ok(result) => result.map_err(io)?,
+                Err(_) => break,
+            },
+            None => conn.send(piece).await.map_err(io)?,
+        };
+        hash.update(&piece[..written]);
+        sent += written as u64;
+        offset = (offset + written) % chunk.len();
         let now = Instant::now();
         if now >= next_report {
             let t = (now - started).as_secs_f64();
@@ -184,25 +212,48 @@ pub async fn send(
             next_report = now + interval;
         }
     }
+    let writing_s = started.elapsed().as_secs_f64();
     conn.finish();
     let mut receipt = Vec::with_capacity(RECEIPT_LEN);
-    conn.read_to_end(&mut receipt).await.map_err(io)?;
+    let flushed = match amount {
+        Amount::Time(limit) => tokio::time::timeout(flush_grace(limit), conn.read_to_end(&mut receipt)).await.map_err(|_| flush_grace(limit)),
+        Amount::Bytes(_) => Ok(conn.read_to_end(&mut receipt).await),
+    };
+    let incomplete_reason = match flushed {
+        Ok(result) => {
+            result.map_err(io)?;
+            None
+        }
+        Err(grace) => Some(format!(
+            "the time bound ended the flush: after {writing_s:.1} s of writing, {:.1} s were not enough to deliver the rest",
+            grace.as_secs_f64()
+        )),
+    };
     let duration = started.elapsed().as_secs_f64();
     let stats = conn.stats();
     let (srtt, ..) = conn.path();
-    let _ = tokio::time::timeout(CLOSE_WAIT, conn.closed()).await;
+    let acknowledged = conn.acknowledged();
+    if incomplete_reason.is_some() {
+        // Nothing more will be waited for: tell the sink instead of leaving it to time out.
+        conn.abort();
+    } else {
+        let _ = tokio::time::timeout(CLOSE_WAIT, conn.closed()).await;
+    }
     let (receiver_bytes, receiver_sha256) = if receipt.len() == RECEIPT_LEN {
         (u64::from_be_bytes(receipt[..8].try_into().expect("8 bytes")), hex(&receipt[8..]))
     } else {
-        (0, String::new())
+        (acknowledged, String::new())
     };
     let sha256 = hex(&hash.finalize());
+    let hashes_match = receiver_bytes == sent && receiver_sha256 == sha256;
     Ok(SendSummary {
         remote: target.to_string(),
         bytes: sent,
         duration_s: duration,
         bits_per_second: sent as f64 * 8.0 / duration.max(1e-9),
-        hashes_match: receiver_bytes == sent && receiver_sha256 == sha256,
+        complete: hashes_match,
+        incomplete_reason: incomplete_reason.or_else(|| (!hashes_match).then(|| "the sink's receipt does not match what was sent".to_string())),
+        hashes_match,
         sha256,
         receiver_bytes,
         receiver_sha256,

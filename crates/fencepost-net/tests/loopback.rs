@@ -183,3 +183,29 @@ async fn echo_bench_counts_packets_and_checks_the_echo() {
     assert!(result.hashes_match, "{result:?}");
     assert!(result.packets_sent >= 100 && result.time_to_completion_s > 0.2, "{result:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_send_is_bounded_even_when_nothing_can_be_delivered() {
+    // A server that accepts and never reads: the receive window closes and stays closed.
+    let server = Endpoint::bind(localhost(), EndpointConfig::server(TransportConfig::default())).await.unwrap();
+    let holder = server.clone();
+    let held = Arc::new(Mutex::new(Vec::new()));
+    let keep = held.clone();
+    tokio::spawn(async move {
+        while let Some(conn) = holder.accept().await {
+            keep.lock().unwrap().push(conn);
+        }
+    });
+    let client = client().await;
+    let started = Instant::now();
+    let summary = tools::send(&client, server.local_addr(), Amount::Time(Duration::from_secs(1)), Duration::from_millis(250), |_| {})
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    // One second of writing, then at most the two-second grace to flush.
+    assert!(took < Duration::from_millis(4_500), "took {took:?}");
+    assert!(!summary.complete && !summary.hashes_match, "{summary:?}");
+    assert!(summary.incomplete_reason.as_deref().unwrap().starts_with("the time bound ended the flush"), "{summary:?}");
+    assert!(summary.bytes > 0 && summary.receiver_bytes <= summary.bytes, "{summary:?}");
+    assert_eq!(held.lock().unwrap().len(), 1);
+}

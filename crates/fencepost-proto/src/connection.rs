@@ -346,6 +346,10 @@ impl Connection {
     pub fn latest_rate_sample(&self) -> Option<&RateSample> {
         self.latest_rate_sample.as_ref()
     }
+    /// Stream bytes the peer acknowledged without a gap: what its application can have read.
+    pub fn stream_bytes_acknowledged(&self) -> u64 {
+        self.disassembler.acknowledged_bytes()
+    }
     /// Bytes the peer has acknowledged so far (wire bytes of data and FIN packets).
     pub fn bytes_delivered(&self) -> u64 {
         self.delivery.delivered()

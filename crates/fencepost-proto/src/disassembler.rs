@@ -161,6 +161,10 @@ impl Disassembler {
     pub fn lowest_unacked(&self) -> u64 {
         self.seg_base
     }
+    /// Stream bytes the peer holds without a gap (everything before the first unacknowledged packet).
+    pub fn acknowledged_bytes(&self) -> u64 {
+        self.stream_base
+    }
     /// The sequence number the next new packet will get.
     pub fn next_seq(&self) -> u64 {
         self.seg_base + self.segments.len() as u64
