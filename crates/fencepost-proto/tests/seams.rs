@@ -281,3 +281,43 @@ fn a_protection_from_outside_seals_every_packet_and_refuses_corrupted_ones() {
     assert_eq!(stats.malformed_packets, 0);
     assert_eq!(p.client.config().max_datagram(), 14 + 100 + 4, "the tag counts in the datagram size");
 }
+
+// ---- a controller that allows nothing cannot stall a connection ----
+
+#[derive(Debug)]
+struct Closed;
+
+impl Controller for Closed {
+    fn on_congestion_event(&mut self, _now: Instant, _sent: Instant, _lost_bytes: u64) {}
+    fn window(&self) -> u64 {
+        0
+    }
+    fn name(&self) -> &str {
+        "closed"
+    }
+}
+
+#[derive(Debug)]
+struct ClosedFactory;
+
+impl ControllerFactory for ClosedFactory {
+    fn build(&self, _mss: u64) -> Box<dyn Controller> {
+        Box::new(Closed)
+    }
+    fn name(&self) -> &str {
+        "closed"
+    }
+}
+
+#[test]
+fn a_zero_window_still_sends_one_packet_when_nothing_is_in_flight() {
+    let client = TransportConfig { controller: ControllerConfig::Custom(Arc::new(ClosedFactory)), ..fast_config() };
+    let mut p = Pair::new(client, fast_config());
+    p.run_until(at(20));
+    p.client.write(&[9u8; 1_000]).unwrap(); // 10 packets
+    p.client.close(p.now);
+    // One packet per round trip (10 ms): done well within a second, never stalled without a timer.
+    p.run_until(at(1_000));
+    assert_eq!(Pair::read_all(p.server()), (vec![9u8; 1_000], true));
+    assert_eq!(p.client.stats().data_packets_sent, 11, "ten data packets and the FIN, one at a time");
+}
