@@ -35,6 +35,7 @@ test-python: $(STAMP)
 bench: build
 	bash bench/sim_speed.sh
 	$(VPY) bench/sweep_speedup.py
+	$(VPY) bench/python_controller.py
 	bash bench/loopback.sh
 	bash bench/connections.sh
 

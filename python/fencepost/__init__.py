@@ -9,13 +9,18 @@ from __future__ import annotations
 
 from . import sim
 from ._core import __version__
-from ._errors import FencepostError, OptionError
+from ._errors import ControllerError, FencepostError, OptionError
+from .controller import Ack, Controller, Loss
 from .sim import FlowResult, LinkResult, LinkStats, SimResult
 from .net import ConnectionLost, Timeout, connect, listen, open_connection, start_server
 from .sweep import Experiment, ExperimentError, sweep
 
 __all__ = [
+    "Ack",
+    "Controller",
+    "Loss",
     "ConnectionLost",
+    "ControllerError",
     "Timeout",
     "connect",
     "listen",

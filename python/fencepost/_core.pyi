@@ -29,6 +29,33 @@ def decode_packet(data: bytes) -> str:
 def generate_trace(kind: str, bits_per_second: int, duration_ms: int = 60000, seed: int = 1) -> str:
     """A mahimahi trace as text: kind "constant" or "poisson"."""
 
+def register_python_controller(make: object, label: str) -> str:
+    """Makes `make()` (returning a controller object) usable as `--cc NAME`; returns NAME."""
+
+class Ack:
+    """What one ack brought (see fencepost.Controller)."""
+    time: float
+    bytes: int
+    new_bytes: int
+    packets: int
+    lost_bytes: int
+    in_flight: int
+    rtt: float
+    smoothed_rtt: float
+    min_rtt: float
+    delivery_rate: float | None
+    rate_app_limited: bool
+    app_limited: bool
+    mss: int
+
+class Loss:
+    """A loss episode or a timeout (see fencepost.Controller)."""
+    time: float
+    sent_time: float
+    lost_bytes: int
+    in_flight: int
+    mss: int
+
 def echo_bench(host: str, port: int, options: list[tuple[str, str]] = ...) -> str:
     """The seed article's echo benchmark against a `serve --echo`; the result as JSON."""
 

@@ -24,3 +24,7 @@ def option_error_from_native(exc: ValueError) -> OptionError:
     if len(args) == 1 and isinstance(args[0], tuple) and len(args[0]) == 2:
         return OptionError(*args[0])
     return OptionError("?", str(exc))
+
+
+class ControllerError(FencepostError, RuntimeError):
+    """A congestion controller written in Python raised; the message has its traceback."""

@@ -39,7 +39,14 @@ def _kinds() -> dict:
 def option_value(name: str, value: Any) -> str:
     """A value in the commands' notation: strings as they are; numbers in the
     option's unit (seconds for durations, bit/s for rates, bytes for sizes,
-    fractions for probabilities); booleans as true/false."""
+    fractions for probabilities); booleans as true/false; a
+    :class:`fencepost.Controller` class or instance as the ``cc`` it registers."""
+    if name == "cc":
+        from .controller import controller_name
+
+        registered = controller_name(value)
+        if registered is not None:
+            return registered
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
@@ -62,7 +69,7 @@ def normalize_options(options: Mapping[str, Any]) -> list[tuple[str, str]]:
         if value is None:
             continue
         name = key.replace("_", "-")
-        values = value if isinstance(value, (list, tuple)) else [value]
+        values = list(value) if isinstance(value, (list, tuple)) else [value]
         pairs.extend((name, option_value(name, v)) for v in values)
     return pairs
 

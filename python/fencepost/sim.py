@@ -17,7 +17,7 @@ from dataclasses import field, fields, make_dataclass
 from typing import Any, Mapping, Optional
 
 from . import _core
-from ._errors import OptionError, option_error_from_native
+from ._errors import ControllerError, OptionError, option_error_from_native
 from ._options import normalize_options
 
 _SCHEMA = json.loads(_core.report_schema())
@@ -155,6 +155,8 @@ def run(events: Optional[str] = None, **options: Any) -> SimResult:
         text = _core.simulate(normalize_options(options), None if events is None else str(events))
     except ValueError as exc:
         raise option_error_from_native(exc) from None
+    except RuntimeError as exc:
+        raise ControllerError(str(exc)) from None
     return SimResult.from_json(text)
 
 

@@ -3,6 +3,7 @@
 //! GIL. Errors cross as `ValueError(option, message)` for bad options, which
 //! `fencepost` turns into its own exception types.
 
+mod controller;
 mod net;
 
 use fencepost_link::Trace;
@@ -23,8 +24,18 @@ use std::sync::Arc;
 #[pyfunction]
 #[pyo3(signature = (options, events=None, hash_thread=true))]
 fn simulate(py: Python<'_>, options: Vec<(String, String)>, events: Option<PathBuf>, hash_thread: bool) -> PyResult<String> {
+    let _ = controller::take_error();
     let scenario = Scenario::from_options(options.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .map_err(|e| PyValueError::new_err((e.option, e.message)))?;
+    let report = simulate_scenario(py, scenario, events, hash_thread)?;
+    // A Python controller that raised ran on with its last window; the run's figures mean nothing.
+    if let Some(error) = controller::take_error() {
+        return Err(pyo3::exceptions::PyRuntimeError::new_err(format!("the Python congestion controller failed: {error}")));
+    }
+    Ok(report)
+}
+
+fn simulate_scenario(py: Python<'_>, scenario: Scenario, events: Option<PathBuf>, hash_thread: bool) -> PyResult<String> {
     let cancel = Arc::new(AtomicBool::new(false));
     let sim = Simulation::new(scenario.clone()).cancel_on(cancel.clone());
     let Some(path) = events else {
@@ -151,6 +162,10 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode_packet, m)?)?;
     m.add_function(wrap_pyfunction!(generate_trace, m)?)?;
     m.add_function(wrap_pyfunction!(net::echo_bench, m)?)?;
+    m.add_function(wrap_pyfunction!(controller::register_python_controller, m)?)?;
+    m.add_class::<controller::PyAck>()?;
+    m.add_class::<controller::PyLoss>()?;
+    controller::register_file_controllers();
     m.add_class::<net::PyEndpoint>()?;
     m.add_class::<net::PyConnection>()?;
     m.add_class::<net::PyServer>()?;

@@ -11,6 +11,7 @@ use pyo3::types::PyBytes;
 use std::future::Future;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::mpsc;
+use std::mem::ManuallyDrop;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::runtime::Runtime;
@@ -167,7 +168,7 @@ impl PyEndpoint {
         let addr = resolve(host, port)?;
         let endpoint = self.inner.clone();
         let conn = block_on(py, async move { endpoint.connect(addr).await }, None, "connect")?.map_err(net_error)?;
-        Ok(PyConnection { inner: Arc::new(conn) })
+        Ok(PyConnection::new(conn))
     }
 
     /// asyncio: opens a connection.
@@ -177,7 +178,7 @@ impl PyEndpoint {
         runtime();
         pyo3_async_runtimes::tokio::future_into_py(py, async move {
             let conn = endpoint.connect(addr).await.map_err(net_error)?;
-            Ok(PyConnection { inner: Arc::new(conn) })
+            Ok(PyConnection::new(conn))
         })
     }
 
@@ -186,7 +187,7 @@ impl PyEndpoint {
         let endpoint = self.inner.clone();
         runtime();
         pyo3_async_runtimes::tokio::future_into_py(py, async move {
-            Ok(endpoint.accept().await.map(|c| PyConnection { inner: Arc::new(c) }))
+            Ok(endpoint.accept().await.map(PyConnection::new))
         })
     }
 
@@ -195,32 +196,60 @@ impl PyEndpoint {
     fn accept(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<PyConnection>> {
         let endpoint = self.inner.clone();
         match block_on(py, async move { endpoint.accept().await }, timeout, "accept") {
-            Ok(conn) => Ok(conn.map(|c| PyConnection { inner: Arc::new(c) })),
+            Ok(conn) => Ok(conn.map(PyConnection::new)),
             Err(e) if e.is_instance_of::<PyTimeoutError>(py) => Ok(None),
             Err(e) => Err(e),
         }
     }
 
     /// Stops the endpoint at once: its connections end without a goodbye.
-    fn shutdown(&self) {
-        self.inner.shutdown();
+    fn shutdown(&self, py: Python<'_>) {
+        py.detach(|| self.inner.shutdown());
     }
 
     /// Datagrams dropped before reaching a connection: (received, malformed, unknown connection, wrong address, refused).
-    fn stats(&self) -> (u64, u64, u64, u64, u64) {
-        let s = self.inner.stats();
+    fn stats(&self, py: Python<'_>) -> (u64, u64, u64, u64, u64) {
+        let s = py.detach(|| self.inner.stats());
         (s.datagrams_received, s.malformed, s.unknown_connection, s.wrong_address, s.refused)
     }
 
-    fn connection_count(&self) -> usize {
-        self.inner.connection_count()
+    fn connection_count(&self, py: Python<'_>) -> usize {
+        py.detach(|| self.inner.connection_count())
     }
 }
 
 /// One connection, a byte stream.
 #[pyclass(name = "Connection", module = "fencepost._core", frozen)]
 pub struct PyConnection {
-    inner: Arc<Connection>,
+    /// Dropped by hand, with the GIL released (see `Drop`).
+    inner: ManuallyDrop<Arc<Connection>>,
+}
+
+// Everything that takes an endpoint's lock runs with the GIL released: the endpoint's
+// driver holds that lock while a congestion controller written in Python runs, which
+// needs the GIL. Dropping a connection takes the lock too.
+impl Drop for PyConnection {
+    fn drop(&mut self) {
+        // SAFETY: `inner` is taken once, here, and never used again.
+        let inner = unsafe { ManuallyDrop::take(&mut self.inner) };
+        let mut slot = Some(inner);
+        // This thread holds the GIL while Python frees the object: release it for the drop.
+        let _ = Python::try_attach(|py| {
+            let inner = slot.take();
+            py.detach(move || drop(inner));
+        });
+        drop(slot);
+    }
+}
+
+impl PyConnection {
+    fn new(conn: Connection) -> Self {
+        PyConnection { inner: ManuallyDrop::new(Arc::new(conn)) }
+    }
+
+    fn conn(&self) -> Arc<Connection> {
+        Arc::clone(&self.inner)
+    }
 }
 
 #[pymethods]
@@ -233,14 +262,14 @@ impl PyConnection {
     /// Queues what fits of `data` (waiting for room if none); returns how many bytes.
     #[pyo3(signature = (data, timeout=None))]
     fn send(&self, py: Python<'_>, data: Vec<u8>, timeout: Option<f64>) -> PyResult<usize> {
-        let conn = self.inner.clone();
+        let conn = self.conn();
         block_on(py, async move { conn.send(&data).await }, timeout, "send")?.map_err(io_error)
     }
 
     /// Queues all of `data`.
     #[pyo3(signature = (data, timeout=None))]
     fn sendall(&self, py: Python<'_>, data: Vec<u8>, timeout: Option<f64>) -> PyResult<()> {
-        let conn = self.inner.clone();
+        let conn = self.conn();
         block_on(
             py,
             async move {
@@ -260,7 +289,7 @@ impl PyConnection {
     /// Up to `size` bytes; b"" once the peer finished its stream.
     #[pyo3(signature = (size, timeout=None))]
     fn recv<'py>(&self, py: Python<'py>, size: usize, timeout: Option<f64>) -> PyResult<Bound<'py, PyBytes>> {
-        let conn = self.inner.clone();
+        let conn = self.conn();
         let mut buf = vec![0u8; size.max(1)];
         let data = block_on(
             py,
@@ -278,7 +307,7 @@ impl PyConnection {
 
     /// asyncio: up to `size` bytes (b"" at the end of the peer's stream).
     fn recv_async<'py>(&self, py: Python<'py>, size: usize) -> PyResult<Bound<'py, PyAny>> {
-        let conn = self.inner.clone();
+        let conn = self.conn();
         runtime();
         pyo3_async_runtimes::tokio::future_into_py(py, async move {
             let mut buf = vec![0u8; size.max(1)];
@@ -289,7 +318,7 @@ impl PyConnection {
 
     /// asyncio: queues all of `data`.
     fn sendall_async<'py>(&self, py: Python<'py>, data: Vec<u8>) -> PyResult<Bound<'py, PyAny>> {
-        let conn = self.inner.clone();
+        let conn = self.conn();
         runtime();
         pyo3_async_runtimes::tokio::future_into_py(py, async move {
             let mut rest = &data[..];
@@ -303,30 +332,30 @@ impl PyConnection {
 
     /// asyncio: finishes and waits until both sides finished.
     fn close_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let conn = self.inner.clone();
+        let conn = self.conn();
         runtime();
         pyo3_async_runtimes::tokio::future_into_py(py, async move { conn.close().await.map_err(net_error) })
     }
 
     /// Finishes this side's stream; the peer reads end-of-stream after the data.
-    fn finish(&self) {
-        self.inner.finish();
+    fn finish(&self, py: Python<'_>) {
+        py.detach(|| self.inner.finish());
     }
 
     /// Finishes and waits until both sides finished (or `timeout`).
     #[pyo3(signature = (timeout=None))]
     fn close(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
-        let conn = self.inner.clone();
+        let conn = self.conn();
         block_on(py, async move { conn.close().await }, timeout, "close")?.map_err(net_error)
     }
 
-    fn abort(&self) {
-        self.inner.abort();
+    fn abort(&self, py: Python<'_>) {
+        py.detach(|| self.inner.abort());
     }
 
     /// (packets sent, data packets sent, retransmissions, packets received, bytes sent, bytes received).
-    fn stats(&self) -> (u64, u64, u64, u64, u64, u64) {
-        let s = self.inner.stats();
+    fn stats(&self, py: Python<'_>) -> (u64, u64, u64, u64, u64, u64) {
+        let s = py.detach(|| self.inner.stats());
         (s.packets_sent, s.data_packets_sent, s.retransmissions, s.packets_received, s.bytes_sent, s.bytes_received)
     }
 }
@@ -370,13 +399,13 @@ impl PyServer {
     }
 
     /// (received, malformed, unknown connection, wrong address, refused) datagrams.
-    fn stats(&self) -> (u64, u64, u64, u64, u64) {
-        let s = self.endpoint.stats();
+    fn stats(&self, py: Python<'_>) -> (u64, u64, u64, u64, u64) {
+        let s = py.detach(|| self.endpoint.stats());
         (s.datagrams_received, s.malformed, s.unknown_connection, s.wrong_address, s.refused)
     }
 
-    fn shutdown(&self) {
-        self.endpoint.shutdown();
+    fn shutdown(&self, py: Python<'_>) {
+        py.detach(|| self.endpoint.shutdown());
     }
 }
 
