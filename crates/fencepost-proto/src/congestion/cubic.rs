@@ -11,7 +11,7 @@
 //! Windows are computed in segments (`mss`) as floating point, as the RFC
 //! writes them, and kept in bytes.
 
-use super::{pacing_rate, AckBatch, Controller, Pacer, SentPacket};
+use super::{AckBatch, Controller, Pacer, SentPacket};
 use crate::rtt::RttEstimator;
 use crate::time::{Duration, Instant};
 
@@ -255,9 +255,7 @@ impl Controller for Cubic {
             }
         }
         if let Some(p) = &mut self.pacer {
-            if rtt.has_sample() {
-                p.set_rate(pacing_rate(self.cwnd, rtt));
-            }
+            p.follow_window(self.cwnd, rtt);
         }
     }
 

@@ -2,7 +2,7 @@
 //! optional pacing rate. The TCP "THERMAL" idea (`shared/seeds/tcp-thermal.txt`):
 //! on a lossy link with few competitors, backing off only wastes the link.
 
-use super::{pacing_rate, Controller, Pacer, SentPacket};
+use super::{Controller, Pacer, SentPacket};
 use crate::rtt::RttEstimator;
 use crate::time::Instant;
 
@@ -71,9 +71,7 @@ impl Controller for Fixed {
 
     fn on_ack(&mut self, _now: Instant, _packet: &SentPacket, rtt: &RttEstimator) {
         if let (true, Some(p)) = (self.pace_by_rtt, &mut self.pacer) {
-            if rtt.has_sample() {
-                p.set_rate(pacing_rate(self.window, rtt));
-            }
+            p.follow_window(self.window, rtt);
         }
     }
 

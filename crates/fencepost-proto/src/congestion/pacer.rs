@@ -1,6 +1,8 @@
 //! Pacing by departure time: each packet pushes the next allowed departure back
 //! by its size over the rate, and a short burst is allowed after an idle period.
 
+use super::pacing_rate;
+use crate::rtt::RttEstimator;
 use crate::time::{Duration, Instant};
 
 #[derive(Clone, Debug)]
@@ -19,6 +21,13 @@ impl Pacer {
 
     pub fn set_rate(&mut self, rate: u64) {
         self.rate = rate;
+    }
+
+    /// Paces `window` bytes over 4/5 of the smoothed RTT ([`pacing_rate`]), once there is an RTT sample.
+    pub fn follow_window(&mut self, window: u64, rtt: &RttEstimator) {
+        if rtt.has_sample() {
+            self.set_rate(pacing_rate(window, rtt));
+        }
     }
 
     pub fn rate(&self) -> u64 {

@@ -15,7 +15,7 @@
 //! and counting them would let slow start climb back to the threshold in a
 //! fraction of a round trip (RFC 9002 7.3.2: no increase during recovery).
 
-use super::{pacing_rate, AckBatch, Controller, Pacer, SentPacket};
+use super::{AckBatch, Controller, Pacer, SentPacket};
 use crate::rtt::RttEstimator;
 use crate::time::Instant;
 
@@ -160,9 +160,7 @@ impl Controller for Reno {
         }
         self.grow();
         if let Some(p) = &mut self.pacer {
-            if rtt.has_sample() {
-                p.set_rate(pacing_rate(self.cwnd, rtt));
-            }
+            p.follow_window(self.cwnd, rtt);
         }
     }
 
