@@ -28,7 +28,6 @@ pub struct DeliveryRateEstimator {
 #[derive(Clone, Copy, Debug)]
 struct Pending {
     prior_delivered: u64,
-    prior_time: Instant,
     is_app_limited: bool,
     send_elapsed: Duration,
     ack_elapsed: Duration,
@@ -70,7 +69,6 @@ impl DeliveryRateEstimator {
         if self.pending.is_none_or(|p| packet.delivered >= p.prior_delivered) {
             self.pending = Some(Pending {
                 prior_delivered: packet.delivered,
-                prior_time: packet.delivered_time,
                 is_app_limited: packet.is_app_limited,
                 send_elapsed: packet.sent.saturating_duration_since(packet.first_sent_time),
                 ack_elapsed: now.saturating_duration_since(packet.delivered_time),
@@ -104,7 +102,6 @@ impl DeliveryRateEstimator {
         if interval < min_rtt || interval == Duration::ZERO || delivered == 0 {
             return None;
         }
-        let _ = p.prior_time;
         Some(RateSample {
             delivered,
             interval,
