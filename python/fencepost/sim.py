@@ -33,7 +33,7 @@ def _fields(schema: list, nested: Mapping[str, Any]) -> list:
         else:
             typ = nested[kind]
         # Fields that may be absent in reports from older builds get defaults.
-        default = field(default=None) if kind.startswith("optional") else field(default_factory=tuple) if kind in ("flows", "links", "strings") \
+        default = field(default=None) if kind.startswith("optional") else field(default_factory=tuple) if kind in ("flows", "links", "strings", "floats") \
             else field(default_factory=dict) if kind == "options" else None
         out.append((f["name"], typ, default) if default is not None else (f["name"], typ))
     return out
@@ -46,7 +46,7 @@ def _doc(title: str, schema: list) -> str:
 LinkStats = make_dataclass("LinkStats", _fields(_SCHEMA["link_stats"], {}), frozen=True, kw_only=True)
 LinkStats.__doc__ = _doc("What one direction of the bottleneck did with the packets offered to it.", _SCHEMA["link_stats"])
 
-FlowResult = make_dataclass("FlowResult", _fields(_SCHEMA["flow"], {}), frozen=True, kw_only=True)
+FlowResult = make_dataclass("FlowResult", _fields(_SCHEMA["flow"], {"floats": tuple}), frozen=True, kw_only=True)
 FlowResult.__doc__ = _doc("One flow of a simulated run; the sending side is the flow's client.", _SCHEMA["flow"])
 
 LinkResult = make_dataclass("LinkResult", _fields(_SCHEMA["link"], {"strings": tuple}), frozen=True, kw_only=True)
@@ -66,7 +66,13 @@ def _from_dict(cls, raw: Mapping[str, Any]) -> "SimResult":
             stats = {f.name for f in fields(LinkStats)}
             values[name] = LinkStats(**{k: values[name].get(k, 0) for k in stats})
     flow_names = {f.name for f in fields(FlowResult)}
-    values["flows"] = tuple(FlowResult(**{k: v for k, v in f.items() if k in flow_names}) for f in raw.get("flows", ()))
+    series = [f["name"] for f in _SCHEMA["flow"] if f["type"] == "floats"]
+    for name in series:
+        if name in values:
+            values[name] = tuple(values[name])
+    values["flows"] = tuple(
+        FlowResult(**{k: (tuple(v) if k in series else v) for k, v in f.items() if k in flow_names}) for f in raw.get("flows", ())
+    )
     link_names = {f.name for f in fields(LinkResult)}
     values["links"] = tuple(
         LinkResult(**{k: (tuple(v) if k == "events" else v) for k, v in l.items() if k in link_names}) for l in raw.get("links", ())
@@ -110,7 +116,7 @@ def _summary(self) -> str:
 
 SimResult = make_dataclass(
     "SimResult",
-    _fields(_SCHEMA["flow"] + _SCHEMA["run"], {"link_stats": LinkStats, "flows": tuple, "links": tuple, "options": Mapping[str, str]}),
+    _fields(_SCHEMA["flow"] + _SCHEMA["run"], {"link_stats": LinkStats, "flows": tuple, "links": tuple, "floats": tuple, "options": Mapping[str, str]}),
     frozen=True,
     kw_only=True,
     namespace={

@@ -2,7 +2,7 @@
 //! protocol, `default` is the modern design. Individual settings can still be
 //! changed on top of a profile.
 
-use crate::congestion::{ControllerConfig, FixedConfig};
+use crate::congestion::{BbrConfig, ControllerConfig, FixedConfig};
 use crate::protection::ProtectionConfig;
 use crate::redundancy::RedundancyConfig;
 use crate::time::Duration;
@@ -160,13 +160,15 @@ impl TransportConfig {
             max_rto: Duration::from_secs(4),
             idle_timeout: Duration::from_secs(30),
             keepalive_interval: Some(Duration::from_secs(5)),
-            send_buffer: 4 << 20,
-            recv_buffer: 8 << 20,
+            // Sent data stays buffered until acknowledged: at 50 % loss a packet takes up to
+            // several round trips to get through, so the buffers hold several BDPs of a
+            // 100 Mbit/s, 40 ms path (they grow only as far as they are used).
+            send_buffer: 16 << 20,
+            recv_buffer: 16 << 20,
             packet_per_write: false,
-            // Until a loss-tolerant controller exists, a fixed window: right for the
-            // lossy links fencepost is built for, unfair on a shared congested path
-            // (choose Tahoe there). Tahoe collapses to one packet per RTO at 30 % loss.
-            controller: ControllerConfig::Fixed(FixedConfig::default().window_packets(64).pace_by_rtt(true)),
+            // The loss-tolerant model-based controller: it fills the path whatever the
+            // random loss, and yields to queues and to loss that comes with them.
+            controller: ControllerConfig::Bbr(BbrConfig::tolerant()),
             redundancy: RedundancyConfig::None,
             protection: ProtectionConfig::None,
             record_rtt_samples: true,

@@ -119,9 +119,19 @@ struct Flow {
     ended: Option<(String, Option<String>, Instant)>,
     last_rx_client: Instant,
     last_rx_server: Instant,
+    /// Bytes delivered to the application at each `--series` boundary so far.
+    series: Vec<u64>,
 }
 
 impl Flow {
+    /// What the application has received: the server for bulk, the echoes back at the client for echo.
+    fn delivered(&self) -> u64 {
+        match self.spec.workload {
+            Workload::Echo { .. } => self.io.client_received,
+            Workload::Bulk { .. } => self.io.server_received,
+        }
+    }
+
     fn start(&self) -> Instant {
         Instant::ZERO + self.spec.start
     }
@@ -222,6 +232,7 @@ impl Simulation {
                     ended: None,
                     last_rx_client: start,
                     last_rx_server: start,
+                    series: Vec::new(),
                     spec: spec.clone(),
                 }
             })
@@ -314,9 +325,11 @@ impl Simulation {
                 }
             } else {
                 steps_here = 0;
+                self.record_series(next);
                 self.now = next;
             }
         };
+        self.record_series(self.now);
         self.drain_events();
         // Flows still going when the run stopped end with the run's reason.
         let now = self.now;
@@ -452,6 +465,21 @@ impl Simulation {
         }
     }
 
+    /// Records each flow's delivered bytes at every series boundary up to `until`: nothing
+    /// changes between events, so the count now is the count at each boundary before the next.
+    fn record_series(&mut self, until: Instant) {
+        let interval = self.scenario.series.total_micros();
+        if interval == 0 {
+            return;
+        }
+        for flow in &mut self.flows {
+            let delivered = flow.delivered();
+            while (flow.series.len() as u64 + 1) * interval <= until.total_micros() {
+                flow.series.push(delivered);
+            }
+        }
+    }
+
     fn run_apps(&mut self) {
         let now = self.now;
         for flow in &mut self.flows {
@@ -539,6 +567,9 @@ impl Simulation {
                 Workload::Echo { .. } => io.client_received,
                 Workload::Bulk { .. } => io.server_received,
             };
+            let interval_s = self.scenario.series.as_secs_f64();
+            let goodput_series_bps: Vec<f64> =
+                flow.series.iter().scan(0u64, |before, &now| Some((now - std::mem::replace(before, now)) as f64 * 8.0 / interval_s)).collect();
             let [sent_digest, received_digest] = std::mem::replace(&mut io.digests, StreamDigests::inline(None)).finish();
             let integrity_ok = completed.is_some() && bytes_delivered == io.bytes_expected && sent_digest == received_digest && io.wrong_bytes == 0;
             let timeout_silence_s = error.as_deref().and_then(|e| {
@@ -594,6 +625,7 @@ impl Simulation {
                 rtt_p95_ms,
                 wrong_bytes: io.wrong_bytes,
                 timeout_silence_s,
+                goodput_series_bps,
             });
         }
         // Utilisation counts until the last workload completed (or the run's end).

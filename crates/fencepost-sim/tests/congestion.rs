@@ -57,3 +57,65 @@ fn cubic_fills_a_clean_path_shares_it_fairly_and_is_never_slower_than_reno() {
         assert!(cubic >= 0.95 * reno, "{p} %: cubic {:.2} vs reno {:.2} Mbit/s", cubic / 1e6, reno / 1e6);
     }
 }
+
+fn tolerant_alone(loss: &str) -> fencepost_sim::RunReport {
+    let options = [("cc", "tolerant"), ("rate", "100mbit"), ("delay", "20ms"), ("queue", "2MB"), ("loss", loss), ("time", "30s")];
+    let report = run(Scenario::from_options(options).unwrap());
+    assert!(report.integrity_ok, "{loss}: {:?}", report.error);
+    report
+}
+
+/// The default controller on 100 Mbit/s, 40 ms RTT, a queue of 4 BDP, random loss on both directions.
+#[test]
+fn tolerant_fills_the_path_at_any_random_loss_without_a_standing_queue() {
+    let clean = tolerant_alone("0%");
+    assert!(clean.goodput_bps >= 90e6, "0 %: {:.1} Mbit/s", clean.goodput_bps / 1e6);
+    let queue_p95 = clean.links[0].queue_delay_p95_ms.unwrap();
+    assert!(queue_p95 <= 10.0, "queueing delay p95 {queue_p95} ms, a quarter of the 40 ms RTT at most");
+    for p in [10.0, 30.0, 50.0] {
+        let report = tolerant_alone(&format!("{p}%"));
+        let floor = 0.9 * (1.0 - p / 100.0) * 100e6;
+        assert!(report.goodput_bps >= floor, "{p} %: {:.1} Mbit/s, below {:.1}", report.goodput_bps / 1e6, floor / 1e6);
+    }
+}
+
+fn dumbbell(ccs: [&str; 2], starts: [&str; 2]) -> fencepost_sim::RunReport {
+    let options = [
+        ("flows", "2"),
+        ("cc", ccs[0]),
+        ("cc", ccs[1]),
+        ("start", starts[0]),
+        ("start", starts[1]),
+        ("rate", "100mbit"),
+        ("delay", "20ms"),
+        ("queue", "500kB"),
+        ("time", "60s"),
+        ("series", "1s"),
+    ];
+    let report = run(Scenario::from_options(options).unwrap());
+    assert!(report.flows.iter().all(|f| f.integrity_ok), "{ccs:?}: {:?}", report.error);
+    report
+}
+
+#[test]
+fn tolerant_shares_a_bottleneck_with_cubic_and_with_itself() {
+    let against_cubic = dumbbell(["tolerant", "cubic"], ["0s", "0s"]);
+    let jain = against_cubic.jain_index.unwrap();
+    assert!(jain >= 0.9, "against CUBIC: Jain {jain:.3}");
+    let pair = dumbbell(["tolerant", "tolerant"], ["0s", "0s"]);
+    let jain = pair.jain_index.unwrap();
+    assert!(jain >= 0.95, "two tolerant flows: Jain {jain:.3}");
+}
+
+#[test]
+fn a_tolerant_flow_joining_a_running_one_has_its_share_within_five_seconds() {
+    let report = dumbbell(["tolerant", "tolerant"], ["0s", "5s"]);
+    let (first, second) = (&report.flows[0].goodput_series_bps, &report.flows[1].goodput_series_bps);
+    // From 5 s after it joined until the first flow stops writing, every 5 s window.
+    for window in (10..60).step_by(5) {
+        let mean = |series: &Vec<f64>| series[window..window + 5].iter().sum::<f64>() / 5.0;
+        let (a, b) = (mean(first), mean(second));
+        let share = b / (a + b);
+        assert!((0.4..=0.6).contains(&share), "{window}-{} s: the joining flow has {:.0} % ({:.1} vs {:.1} Mbit/s)", window + 5, share * 100.0, b / 1e6, a / 1e6);
+    }
+}

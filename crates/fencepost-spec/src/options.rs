@@ -121,7 +121,7 @@ const fn per_direction(mut spec: OptionSpec) -> OptionSpec {
 }
 
 /// The accepted controller names and parameters, shown in help and errors.
-pub const CC_FORMS: &str = "none[:window=N,rate=R,pacing=on|off], tahoe[:iw=N,ssthresh=N,pacing=on|off], reno[:iw=N,ssthresh=N,pacing=on|off] or cubic[:iw=N,pacing=on|off,hystart=on|off]";
+pub const CC_FORMS: &str = "none[:window=N,rate=R,pacing=on|off], tahoe[:iw=N,ssthresh=N,pacing=on|off], reno[:iw=N,ssthresh=N,pacing=on|off], cubic[:iw=N,pacing=on|off,hystart=on|off], bbr[:iw=N] or tolerant[:iw=N]";
 
 /// Every option, in the order help lists them.
 pub static OPTIONS: &[OptionSpec] = &[
@@ -174,6 +174,7 @@ pub static OPTIONS: &[OptionSpec] = &[
     option("scenario", Scope::Run, Kind::Path, "FILE", "", "a scenario file (TOML): hosts, links, flows and events of any topology", SIMULATED),
     option("seed", Scope::Run, Kind::Count, "N", "1", "seed for every random choice of the run", &[Sim, EchoBench]),
     option("timeout", Scope::Run, Kind::Duration, "DURATION", "3600s", "bound on the run's virtual time", SIMULATED),
+    option("series", Scope::Run, Kind::Duration, "DURATION", "0s", "record each flow's goodput every DURATION of virtual time (0s: off)", SIMULATED),
     option("interval", Scope::Run, Kind::Duration, "DURATION", "1s", "report every", &[Send]),
     option("connect-timeout", Scope::Run, Kind::Duration, "DURATION", "10s", "give up on the handshake after", &[Send, EchoBench]),
 ];

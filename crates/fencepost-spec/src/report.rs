@@ -50,6 +50,8 @@ pub struct FlowReport {
     pub rtt_p95_ms: Option<f64>,
     pub wrong_bytes: u64,
     pub timeout_silence_s: Option<f64>,
+    /// Goodput over each `--series` interval from the run's start, bits per second (empty when off).
+    pub goodput_series_bps: Vec<f64>,
 }
 
 /// One direction of one link.
@@ -150,6 +152,8 @@ pub enum FieldType {
     Flows,
     Links,
     Strings,
+    /// A list of numbers (a time series).
+    Floats,
     Options,
 }
 
@@ -209,6 +213,7 @@ pub static FLOW_FIELDS: &[Field] = &[
     field("rtt_p95_ms", OptionalFloat, true, "95th percentile RTT sample (nearest rank)"),
     field("wrong_bytes", Int, false, "bytes an application read that differ from what was sent, checked as they were read (always 0)"),
     field("timeout_silence_s", OptionalFloat, false, "after an idle timeout: how long the timed-out side had heard nothing"),
+    field("goodput_series_bps", Floats, false, "goodput over each --series interval from the run's start, bits per second (empty unless --series)"),
 ];
 
 /// The run's own fields, after the first flow's.

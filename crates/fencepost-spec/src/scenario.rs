@@ -169,6 +169,8 @@ pub struct Scenario {
     pub timeout: Duration,
     /// Bytes of IP and UDP header each datagram occupies on a link.
     pub header_overhead: usize,
+    /// Each flow's goodput is recorded every this often (zero: not recorded).
+    pub series: Duration,
     /// The options the scenario was built from, defaults filled in (repeated values joined by `;`).
     pub options: BTreeMap<String, String>,
 }
@@ -183,10 +185,11 @@ impl Scenario {
         if timeout == 0 {
             return Err(fail("timeout", "must be more than 0"));
         }
+        let series = units::parse_duration(given.get("series").unwrap_or(default_of("series"))).map_err(|e| fail("series", e))?;
         let topology = match given.get("scenario") {
             Some(path) => {
-                if let Some((name, _)) = given.pairs().iter().find(|(k, _)| !matches!(k.as_str(), "scenario" | "seed" | "timeout")) {
-                    return Err(fail(name, "a scenario file describes its own links and flows; with --scenario give only --seed and --timeout"));
+                if let Some((name, _)) = given.pairs().iter().find(|(k, _)| !matches!(k.as_str(), "scenario" | "seed" | "timeout" | "series")) {
+                    return Err(fail(name, "a scenario file describes its own links and flows; with --scenario give only --seed, --timeout and --series"));
                 }
                 scenario_file(Path::new(path)).map_err(|e| match e {
                     FileError::Option(e) => e,
@@ -197,7 +200,7 @@ impl Scenario {
         };
         let mut options = describe_options(&given, &topology);
         options.insert("seed".into(), seed.to_string());
-        Ok(Scenario { topology, seed, timeout: Duration::from_micros(timeout), header_overhead: 28, options })
+        Ok(Scenario { topology, seed, timeout: Duration::from_micros(timeout), header_overhead: 28, series: Duration::from_micros(series), options })
     }
 
     pub fn flows(&self) -> &[FlowSpec] {

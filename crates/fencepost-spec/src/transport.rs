@@ -5,7 +5,7 @@
 
 use crate::options::{fail, OptionError, CC_FORMS};
 use crate::units::{self, parse_params, UnitError};
-use fencepost_proto::congestion::CubicConfig;
+use fencepost_proto::congestion::{BbrConfig, CubicConfig};
 use fencepost_proto::{Arq, ControllerConfig, Duration, FixedConfig, Profile, RenoConfig, TransportConfig};
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -19,12 +19,12 @@ fn registry() -> &'static RwLock<BTreeMap<String, ControllerParser>> {
 }
 
 /// Makes `--cc NAME[:params]` build a controller from outside fencepost. The built-in
-/// names (`none`, `tahoe`, `reno`) cannot be replaced.
+/// names (`none`, `tahoe`, `reno`, `cubic`, `bbr`, `tolerant`) cannot be replaced.
 pub fn register_controller(name: &str, parse: ControllerParser) -> Result<(), UnitError> {
     if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
         return Err(UnitError(format!("{name:?} is not a controller name; use letters, digits, - and _")));
     }
-    if matches!(name, "none" | "tahoe" | "reno" | "cubic") {
+    if matches!(name, "none" | "tahoe" | "reno" | "cubic" | "bbr" | "tolerant") {
         return Err(UnitError(format!("{name:?} is a built-in controller")));
     }
     registry().write().unwrap_or_else(|p| p.into_inner()).insert(name.to_string(), parse);
@@ -45,14 +45,17 @@ fn switch(key: &str, value: &str) -> Result<bool, UnitError> {
 }
 
 /// `none[:window=N,rate=R,pacing=on|off]`, `tahoe`/`reno[:iw=N,ssthresh=N,pacing=on|off]`, or a registered name.
-/// `none` starts from the profile's own fixed window, so `none:window=32` keeps its pacing.
+/// `none` starts from the profile's own fixed window, so `none:window=32` keeps its pacing
+/// (on a profile whose controller is not fixed, from 64 packets paced over the RTT).
 pub fn parse_cc(spec: &str, transport: &TransportConfig) -> Result<ControllerConfig, UnitError> {
     let (name, params) = spec.split_once(':').unwrap_or((spec, ""));
     match name {
         "none" => {
             let mut config = match &transport.controller {
                 ControllerConfig::Fixed(f) => f.clone(),
-                _ => FixedConfig::default(),
+                // A profile with another controller: 64 packets paced over the RTT, the
+                // fixed window the default profile had before `tolerant`.
+                _ => FixedConfig::default().window_packets(64).pace_by_rtt(true),
             };
             for (key, value) in parse_params(params, &["window", "rate", "pacing"])? {
                 match key {
@@ -84,6 +87,14 @@ pub fn parse_cc(spec: &str, transport: &TransportConfig) -> Result<ControllerCon
                 }
             }
             Ok(ControllerConfig::Cubic(config))
+        }
+        "bbr" | "tolerant" => {
+            let mut config = if name == "bbr" { BbrConfig::v1() } else { BbrConfig::tolerant() };
+            for (key, value) in parse_params(params, &["iw"])? {
+                debug_assert_eq!(key, "iw");
+                config = config.initial_window(number(key, value)?);
+            }
+            Ok(ControllerConfig::Bbr(config))
         }
         other => {
             let parser = registry().read().unwrap_or_else(|p| p.into_inner()).get(other).cloned();
@@ -121,6 +132,7 @@ pub fn describe_cc(config: &ControllerConfig) -> String {
             let on = |b: bool| if b { "on" } else { "off" };
             format!("cubic:iw={},pacing={},hystart={}", c.initial_window, on(c.pacing), on(c.hystart))
         }
+        ControllerConfig::Bbr(b) => format!("{}:iw={}", config.name(), b.initial_window),
         ControllerConfig::Custom(factory) => factory.describe(),
     }
 }
@@ -166,7 +178,7 @@ mod tests {
     #[test]
     fn cc_specs_round_trip() {
         let t = TransportConfig::default_profile();
-        for spec in ["none:window=64,pacing=off", "none:window=10,rate=8000000bit", "tahoe:iw=1,ssthresh=10,pacing=off", "none:window=8,pacing=on", "reno:iw=10,pacing=on", "cubic:iw=10,pacing=on,hystart=off"] {
+        for spec in ["none:window=64,pacing=off", "none:window=10,rate=8000000bit", "tahoe:iw=1,ssthresh=10,pacing=off", "none:window=8,pacing=on", "reno:iw=10,pacing=on", "cubic:iw=10,pacing=on,hystart=off", "bbr:iw=10", "tolerant:iw=32"] {
             let cc = parse_cc(spec, &t).unwrap();
             assert_eq!(describe_cc(&cc), spec);
         }

@@ -16,6 +16,7 @@
 //! any other through a [`ControllerFactory`] (how the Python bindings register
 //! controllers written in Python).
 
+mod bbr;
 mod cubic;
 mod delivery_rate;
 mod fixed;
@@ -24,6 +25,7 @@ mod reno;
 #[cfg(test)]
 mod script;
 
+pub use bbr::{Bbr, BbrConfig, BbrFlavour, Mode as BbrMode};
 pub use cubic::{Cubic, CubicConfig};
 pub use delivery_rate::DeliveryRateEstimator;
 pub use fixed::{Fixed, FixedConfig};
@@ -195,6 +197,8 @@ pub enum ControllerConfig {
     Reno(RenoConfig),
     /// CUBIC (RFC 9438) with HyStart++ (RFC 9406).
     Cubic(CubicConfig),
+    /// The bandwidth-and-RTT model: BBR v1, or `tolerant`, the loss-tolerant controller built on it.
+    Bbr(BbrConfig),
     /// A controller from outside this crate.
     Custom(Arc<dyn ControllerFactory>),
 }
@@ -206,6 +210,7 @@ impl PartialEq for ControllerConfig {
             (ControllerConfig::Tahoe(a), ControllerConfig::Tahoe(b)) => a == b,
             (ControllerConfig::Reno(a), ControllerConfig::Reno(b)) => a == b,
             (ControllerConfig::Cubic(a), ControllerConfig::Cubic(b)) => a == b,
+            (ControllerConfig::Bbr(a), ControllerConfig::Bbr(b)) => a == b,
             (ControllerConfig::Custom(a), ControllerConfig::Custom(b)) => Arc::ptr_eq(a, b) || a.describe() == b.describe(),
             _ => false,
         }
@@ -220,6 +225,7 @@ impl ControllerConfig {
             ControllerConfig::Tahoe(c) => Box::new(Reno::tahoe(c.clone(), mss)),
             ControllerConfig::Reno(c) => Box::new(Reno::new_reno(c.clone(), mss)),
             ControllerConfig::Cubic(c) => Box::new(Cubic::new(c.clone(), mss)),
+            ControllerConfig::Bbr(c) => Box::new(Bbr::new(c.clone(), mss)),
             ControllerConfig::Custom(factory) => factory.build(mss),
         }
     }
@@ -230,6 +236,10 @@ impl ControllerConfig {
             ControllerConfig::Tahoe(_) => "tahoe",
             ControllerConfig::Reno(_) => "reno",
             ControllerConfig::Cubic(_) => "cubic",
+            ControllerConfig::Bbr(c) => match c.flavour {
+                BbrFlavour::V1 => "bbr",
+                BbrFlavour::Tolerant => "tolerant",
+            },
             ControllerConfig::Custom(factory) => factory.name(),
         }
     }

@@ -23,6 +23,10 @@ impl Pacer {
         self.rate = rate;
     }
 
+    pub fn set_burst(&mut self, bytes: u64) {
+        self.burst = bytes;
+    }
+
     /// Paces `window` bytes over 4/5 of the smoothed RTT ([`pacing_rate`]), once there is an RTT sample.
     pub fn follow_window(&mut self, window: u64, rtt: &RttEstimator) {
         if rtt.has_sample() {

@@ -1,0 +1,941 @@
+//! Model-based congestion control: BBR as draft-cardwell-iccrg-bbr-congestion-control-00
+//! describes it ("BBR v1"), and `tolerant`, fencepost's loss-tolerant controller,
+//! which is the same model with a different answer to loss.
+//!
+//! The model has two numbers: the bottleneck bandwidth (the largest delivery
+//! rate seen over the last ten round trips) and the propagation delay (the
+//! smallest RTT seen over the last ten seconds). The sender paces at a gain
+//! times the bandwidth and keeps at most a gain times their product in flight.
+//! Queue growth is what the model yields to: a queue raises the RTT but not
+//! the delivery rate, so sending faster than the bottleneck never raises the
+//! bandwidth estimate, and the in-flight cap stops the queue from growing.
+//!
+//! States: Startup (gain 2/ln 2 until the bandwidth stops growing by 25 % for
+//! three rounds), Drain (the inverse gain until the queue Startup built is
+//! gone), ProbeBW (an eight-round cycle of gains 1.25, 0.75 and six of 1.0),
+//! and ProbeRTT (four packets in flight for 200 ms when the minimum RTT is ten
+//! seconds old, so flows sharing a queue all see it empty).
+//!
+//! Differences of `bbr` from BBRv3 (draft-ietf-ccwg-bbr): no `inflight_hi` /
+//! `inflight_lo` bounds, so loss above 2 % does not cap the window; ProbeBW is
+//! v1's fixed eight-phase cycle, not v3's Down/Cruise/Refill/Up with its
+//! wall-clock probing schedule; Startup does not end on loss or ECN; no ECN.
+//! Like v1 it keeps the window to the packets in flight for the first round
+//! of a recovery episode (packet conservation) and falls to one packet on a
+//! retransmission timeout.
+//!
+//! `tolerant` differs from `bbr` in three ways, all about loss:
+//! 1. **Loss is not a congestion signal by itself.** Recovery keeps the window
+//!    and the pacing rate; a timeout lowers the window to four packets until
+//!    the next acknowledgement, then the model's window returns.
+//! 2. **Bandwidth is what the path carried, lost packets included.** Under
+//!    random loss `p` the delivery rate is `(1 − p)` times the sending rate, so
+//!    BBR's estimate shrinks by `1 − p` every probe that fails to make up for
+//!    it (BBR v1 loses ground above about 20 % loss). `tolerant` divides each
+//!    delivery-rate sample by `1 − p̂`, where `p̂` is the loss rate of packets
+//!    sent in the *calm* phases only: Startup, Drain, ProbeRTT and the 0.75
+//!    round of ProbeBW, when the sender is below the bottleneck rate and any
+//!    loss it meets is the path's, not a queue's. Loss that appears only when
+//!    the sender pushes harder (it correlates with rate) never enters `p̂`,
+//!    so it is never forgiven: a sender too fast for a shallow queue sees its
+//!    0.75 round lose more, which lowers the corrected samples by a quarter
+//!    each cycle until the 0.75 round is below the bottleneck again.
+//! 3. **A probe ends when the queue shows.** The 1.25 round also ends once the
+//!    RTT is a quarter above its minimum or after two minimum RTTs, because
+//!    under loss the in-flight count it waits for may never be reached.
+
+use super::{AckBatch, Controller, Pacer, RateSample, SentPacket};
+use crate::rtt::RttEstimator;
+use crate::time::{Duration, Instant};
+
+/// 2/ln 2: the smallest gain that doubles the delivery rate every round in Startup.
+const STARTUP_GAIN: f64 = 2.885;
+const DRAIN_GAIN: f64 = 1.0 / STARTUP_GAIN;
+/// In-flight cap in ProbeBW, in bandwidth-delay products: room for delayed and stretched acks.
+const CWND_GAIN: f64 = 2.0;
+const PROBE_BW_GAINS: [f64; 8] = [1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];
+const PROBE_DOWN: usize = 1;
+/// Rounds the bandwidth filter remembers.
+const BW_FILTER_ROUNDS: u64 = 10;
+/// Age at which the minimum RTT is measured again (ProbeRTT).
+const MIN_RTT_WINDOW: Duration = Duration::from_secs(10);
+const PROBE_RTT_DURATION: Duration = Duration::from_millis(200);
+/// The smallest window, in packets, that keeps acks flowing with delayed acks.
+const MIN_PIPE_PACKETS: u64 = 4;
+/// Startup ends after this many rounds in which the bandwidth grew by less than 25 %.
+const FULL_BW_GROWTH: f64 = 1.25;
+const FULL_BW_ROUNDS: u32 = 3;
+/// v1 paces 1 % below the estimate so a queue does not build at exactly the bottleneck rate.
+const PACING_MARGIN: f64 = 0.99;
+
+/// `tolerant`: how many calm packets the loss estimate remembers (its time constant).
+const LOSS_MEMORY_PACKETS: f64 = 256.0;
+/// `tolerant`: calm packets resolved (acknowledged or lost) before the estimate moves.
+const LOSS_SAMPLE_PACKETS: u64 = 8;
+/// `tolerant`: loss share above `p̂` (beyond its statistical spread) a sample may show and still count as random.
+const LOSS_SLACK: f64 = 0.01;
+/// `tolerant`: the bandwidth estimate after a round of congestive loss, as a share of before (CUBIC's β).
+const CONGESTION_BETA: f64 = 0.7;
+/// `tolerant`: the longest pause in probing after a congestion cut, in rounds (BBRv3's bound).
+const MAX_PROBE_WAIT_ROUNDS: u64 = 63;
+/// `tolerant`: rounds a queue must stand (above half the queueing target) before the flow
+/// takes BBR's window of two bandwidth-delay products, to hold its own against queue fillers.
+const COMPETING_ROUNDS: u32 = 16;
+const COMPETING_MEMORY_ROUNDS: u64 = 1000;
+const QUEUE_ALLOWANCE_MIN: u64 = 4;
+const QUEUE_ALLOWANCE_MAX: u64 = 16;
+/// `tolerant`: the largest loss rate corrected for; beyond it samples are scaled by 10 at most.
+const MAX_CORRECTED_LOSS: f64 = 0.9;
+/// `tolerant`: a probe has done its work once the RTT is this much above its minimum.
+const PROBE_RTT_RISE: f64 = 1.25;
+
+/// `tolerant`'s queueing-delay target: a quarter of the propagation delay, at least a millisecond.
+fn queue_target(min_rtt: Duration) -> f64 {
+    (min_rtt.as_secs_f64() / 4.0).max(1e-3)
+}
+
+/// The controller's tag on packets sent in a calm phase ([`SentPacket::controller_state`]).
+const CALM: u64 = 1;
+
+/// Which answer to loss the model gives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BbrFlavour {
+    /// BBR v1: packet conservation in recovery, one packet after a timeout.
+    V1,
+    /// fencepost's loss-tolerant controller (see the module documentation).
+    Tolerant,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct BbrConfig {
+    pub flavour: BbrFlavour,
+    /// Initial window in packets.
+    pub initial_window: u64,
+}
+
+impl BbrConfig {
+    pub fn v1() -> Self {
+        BbrConfig { flavour: BbrFlavour::V1, initial_window: 10 }
+    }
+    pub fn tolerant() -> Self {
+        BbrConfig { flavour: BbrFlavour::Tolerant, initial_window: 10 }
+    }
+    pub fn initial_window(mut self, packets: u64) -> Self {
+        self.initial_window = packets.max(1);
+        self
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Startup,
+    Drain,
+    ProbeBw,
+    ProbeRtt,
+}
+
+/// The largest value over the last [`BW_FILTER_ROUNDS`] rounds, one slot per round.
+#[derive(Clone, Debug, Default)]
+struct MaxFilter {
+    slots: [(u64, f64); BW_FILTER_ROUNDS as usize],
+}
+
+impl MaxFilter {
+    fn update(&mut self, round: u64, value: f64) {
+        let slot = &mut self.slots[(round % BW_FILTER_ROUNDS) as usize];
+        if slot.0 != round {
+            *slot = (round, value);
+        } else if value > slot.1 {
+            slot.1 = value;
+        }
+    }
+    /// Lowers every remembered value to at most `limit`.
+    fn cap(&mut self, limit: f64) {
+        for slot in &mut self.slots {
+            slot.1 = slot.1.min(limit);
+        }
+    }
+    fn max(&self, round: u64) -> f64 {
+        self.slots.iter().filter(|(r, _)| round.saturating_sub(*r) < BW_FILTER_ROUNDS && *r <= round).map(|(_, v)| *v).fold(0.0, f64::max)
+    }
+}
+
+#[derive(Debug)]
+pub struct Bbr {
+    flavour: BbrFlavour,
+    mss: u64,
+    initial_cwnd: u64,
+    mode: Mode,
+    bw_filter: MaxFilter,
+    /// Bottleneck bandwidth estimate, bytes per second.
+    bw: f64,
+    min_rtt: Option<Duration>,
+    min_rtt_stamp: Instant,
+    probe_rtt_done: Option<Instant>,
+    probe_rtt_round_done: bool,
+    /// Round trips counted by delivery: a round ends when a packet sent after it began is acknowledged.
+    round: u64,
+    next_round_delivered: u64,
+    round_start: bool,
+    /// The smallest RTT of the round in progress and of the last complete one.
+    round_min_rtt: Option<Duration>,
+    last_round_min_rtt: Option<Duration>,
+    /// The newest `P.delivered` among the packets this ack acknowledged.
+    acked_delivered: Option<u64>,
+    filled_pipe: bool,
+    full_bw: f64,
+    full_bw_count: u32,
+    pacing_gain: f64,
+    cwnd_gain: f64,
+    cycle_index: usize,
+    cycle_stamp: Instant,
+    cwnd: u64,
+    prior_cwnd: u64,
+    /// The current recovery episode began then (packets sent before it belong to it).
+    recovery_start: Option<Instant>,
+    entering_recovery: bool,
+    /// v1: the round at which packet conservation ends.
+    conservation_until: Option<u64>,
+    /// `tolerant`: the window to restore on the first ack after a timeout.
+    restore_after_timeout: bool,
+    /// Bytes this ack newly acknowledged.
+    acked: u64,
+    pacer: Pacer,
+    /// `tolerant`: bytes of calm packets acknowledged and lost since the estimate last moved.
+    calm_acked: u64,
+    calm_lost: u64,
+    calm_seen: f64,
+    /// `tolerant`: the estimated loss rate of the path itself (`p̂`).
+    random_loss: f64,
+    /// `tolerant`: bytes acknowledged and lost over the round in progress.
+    round_acked: u64,
+    round_lost: u64,
+    /// `tolerant`: the round of the last congestion cut (one cut per round trip at most).
+    last_cut_round: Option<u64>,
+    /// `tolerant`: delivered bytes at the last cut; packets sent before it measure the rate the cut undid.
+    cut_delivered: u64,
+    /// `tolerant`: consecutive rounds through which a queue stood.
+    standing_queue_rounds: u32,
+}
+
+impl Bbr {
+    pub fn new(config: BbrConfig, mss: u64) -> Self {
+        let initial_cwnd = config.initial_window.max(1) * mss;
+        Bbr {
+            flavour: config.flavour,
+            mss,
+            initial_cwnd,
+            mode: Mode::Startup,
+            bw_filter: MaxFilter::default(),
+            bw: 0.0,
+            min_rtt: None,
+            min_rtt_stamp: Instant::ZERO,
+            probe_rtt_done: None,
+            probe_rtt_round_done: false,
+            round: 0,
+            next_round_delivered: 0,
+            round_start: false,
+            acked_delivered: None,
+            round_min_rtt: None,
+            last_round_min_rtt: None,
+            filled_pipe: false,
+            full_bw: 0.0,
+            full_bw_count: 0,
+            pacing_gain: STARTUP_GAIN,
+            cwnd_gain: STARTUP_GAIN,
+            cycle_index: 0,
+            cycle_stamp: Instant::ZERO,
+            cwnd: initial_cwnd,
+            prior_cwnd: initial_cwnd,
+            recovery_start: None,
+            entering_recovery: false,
+            conservation_until: None,
+            restore_after_timeout: false,
+            acked: 0,
+            pacer: Pacer::new(0, 2 * mss),
+            calm_acked: 0,
+            calm_lost: 0,
+            calm_seen: 0.0,
+            random_loss: 0.0,
+            round_acked: 0,
+            round_lost: 0,
+            last_cut_round: None,
+            cut_delivered: 0,
+            standing_queue_rounds: 0,
+        }
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+    /// Bottleneck bandwidth estimate in bytes per second.
+    pub fn bandwidth(&self) -> f64 {
+        self.bw
+    }
+    pub fn min_rtt(&self) -> Option<Duration> {
+        self.min_rtt
+    }
+    pub fn pacing_gain(&self) -> f64 {
+        self.pacing_gain
+    }
+    /// `tolerant`'s estimate of the path's own loss rate (0 for `bbr`).
+    pub fn random_loss(&self) -> f64 {
+        self.random_loss
+    }
+    pub fn pacing_rate(&self) -> u64 {
+        self.pacer.rate()
+    }
+
+    fn tolerant(&self) -> bool {
+        self.flavour == BbrFlavour::Tolerant
+    }
+
+    fn calm(&self) -> bool {
+        match self.mode {
+            Mode::Startup | Mode::Drain | Mode::ProbeRtt => true,
+            Mode::ProbeBw => self.cycle_index == PROBE_DOWN,
+        }
+    }
+
+    /// Bytes in flight that `gain` times the bandwidth-delay product allows.
+    fn inflight(&self, gain: f64) -> u64 {
+        match self.min_rtt {
+            Some(min_rtt) if self.bw > 0.0 => (gain * self.bw * min_rtt.as_secs_f64()) as u64,
+            _ => self.initial_cwnd,
+        }
+    }
+
+    /// Bytes the pacer lets leave back to back: about a millisecond at high rates (as Linux sizes TSO bursts).
+    fn send_quantum(&self) -> u64 {
+        let rate = self.pacer.rate();
+        if rate < 150_000 {
+            self.mss
+        } else if rate < 3_000_000 {
+            2 * self.mss
+        } else {
+            (rate / 1000).clamp(2 * self.mss, 64 * 1024)
+        }
+    }
+
+    fn min_pipe_cwnd(&self) -> u64 {
+        MIN_PIPE_PACKETS * self.mss
+    }
+
+    fn save_cwnd(&mut self) {
+        self.prior_cwnd = if self.recovery_start.is_none() && self.mode != Mode::ProbeRtt { self.cwnd } else { self.prior_cwnd.max(self.cwnd) };
+    }
+
+    fn restore_cwnd(&mut self) {
+        self.cwnd = self.cwnd.max(self.prior_cwnd);
+    }
+
+    /// `tolerant`: folds the calm packets resolved since the last update into `p̂`.
+    fn update_random_loss(&mut self) {
+        let resolved = self.calm_acked + self.calm_lost;
+        if resolved < LOSS_SAMPLE_PACKETS * self.mss {
+            return;
+        }
+        let packets = resolved as f64 / self.mss as f64;
+        let fraction = self.calm_lost as f64 / resolved as f64;
+        // A running mean until the memory is full, then an exponential average over it.
+        self.calm_seen += packets;
+        let weight = (packets / self.calm_seen.min(LOSS_MEMORY_PACKETS)).min(1.0);
+        self.random_loss += (fraction - self.random_loss) * weight;
+        self.calm_acked = 0;
+        self.calm_lost = 0;
+    }
+
+    /// `tolerant`: the round just ended lost more than the path's own loss rate explains
+    /// while a queue stood through it: the loss is a queue overflowing, which is congestion.
+    fn congested_round(&self) -> bool {
+        let resolved = self.round_acked + self.round_lost;
+        let (Some(min_rtt), Some(round_min)) = (self.min_rtt, self.last_round_min_rtt) else { return false };
+        if resolved < LOSS_SAMPLE_PACKETS * self.mss {
+            return false;
+        }
+        let queue = round_min.saturating_sub(min_rtt).as_secs_f64();
+        queue > queue_target(min_rtt) / 2.0 && self.excess_loss(self.round_lost, resolved)
+    }
+
+    /// The share `lost / resolved` is above `p̂` by more than three standard deviations
+    /// of the difference between two binomial shares (this one's packets, and those
+    /// behind `p̂`), plus a point. The variance uses at least one loss in what `p̂` has
+    /// seen (Laplace's rule), so a first loss after a clean start is not a surprise.
+    fn excess_loss(&self, lost: u64, resolved: u64) -> bool {
+        let p = self.random_loss.min(MAX_CORRECTED_LOSS);
+        let packets = resolved as f64 / self.mss as f64;
+        let seen = self.calm_seen.min(LOSS_MEMORY_PACKETS);
+        let spread_p = p.max(1.0 / (seen + 2.0));
+        let spread = (spread_p * (1.0 - spread_p) * (1.0 / packets + 1.0 / seen.max(1.0))).sqrt();
+        lost as f64 / resolved as f64 > p + 3.0 * spread + LOSS_SLACK
+    }
+
+    /// A delivery-rate sample as the model takes it. `tolerant` counts what the path
+    /// lost at random as carried: the packets the sample saw lost are added back when
+    /// their share is within what the calm rate's loss explains (three standard
+    /// deviations of a binomial draw, plus a point), which also cancels the sample's own
+    /// loss noise; beyond that, the loss is the sample's to keep and only `p̂` is corrected for.
+    fn bandwidth_sample(&self, sample: &RateSample) -> f64 {
+        if self.flavour == BbrFlavour::V1 {
+            return sample.delivery_rate;
+        }
+        let p = self.random_loss.min(MAX_CORRECTED_LOSS);
+        let resolved = sample.delivered + sample.lost;
+        let interval = sample.interval.as_secs_f64();
+        let mut corrected = sample.delivery_rate / (1.0 - p);
+        if resolved > 0 && interval > 0.0 && !self.excess_loss(sample.lost, resolved) {
+            corrected = resolved as f64 / interval;
+        }
+        // A queue that stood through the last round says the estimate is already too high:
+        // the correction fades out between a quarter and a half of the queueing target.
+        let trust = match (self.min_rtt, self.last_round_min_rtt) {
+            (Some(min_rtt), Some(round_min)) => {
+                let target = queue_target(min_rtt);
+                let excess = round_min.saturating_sub(min_rtt).as_secs_f64();
+                (2.0 - 4.0 * excess / target).clamp(0.0, 1.0)
+            }
+            _ => 1.0,
+        };
+        sample.delivery_rate + (corrected - sample.delivery_rate).max(0.0) * trust
+    }
+
+    fn enter_probe_bw(&mut self, now: Instant) {
+        self.mode = Mode::ProbeBw;
+        self.cwnd_gain = CWND_GAIN;
+        // Any phase but the 0.75 one, chosen from the clock so that flows starting together
+        // do not probe in step (the draft draws it at random; the simulator must be repeatable).
+        self.cycle_index = 2 + (now.total_micros() / 997 % 6) as usize;
+        self.cycle_stamp = now;
+        self.pacing_gain = PROBE_BW_GAINS[self.cycle_index];
+    }
+
+    fn update_cycle_phase(&mut self, now: Instant, prior_inflight: u64, newly_lost: u64, latest_rtt: Duration) {
+        if self.mode != Mode::ProbeBw {
+            return;
+        }
+        let Some(min_rtt) = self.min_rtt else { return };
+        let elapsed = now - self.cycle_stamp;
+        let a_round = elapsed > min_rtt;
+        let next = if self.pacing_gain > 1.0 {
+            let full = prior_inflight >= self.inflight(self.pacing_gain);
+            match self.flavour {
+                BbrFlavour::V1 => a_round && (newly_lost > 0 || full),
+                BbrFlavour::Tolerant => {
+                    a_round && (full || latest_rtt.as_secs_f64() >= PROBE_RTT_RISE * min_rtt.as_secs_f64() || elapsed > min_rtt.saturating_mul(2))
+                }
+            }
+        } else if self.pacing_gain < 1.0 {
+            a_round || prior_inflight <= self.inflight(1.0)
+        } else {
+            a_round
+        };
+        if next {
+            self.cycle_index = (self.cycle_index + 1) % PROBE_BW_GAINS.len();
+            self.cycle_stamp = now;
+            self.pacing_gain = PROBE_BW_GAINS[self.cycle_index];
+            if self.pacing_gain > 1.0 && self.waiting_after_cut() {
+                self.pacing_gain = 1.0;
+            }
+        }
+    }
+
+    /// `tolerant`: after a congestion cut, no probing for as many rounds as the window has
+    /// packets (at most [`MAX_PROBE_WAIT_ROUNDS`]): about when a Reno flow would have
+    /// grown back, so that a loss-based flow sharing the queue gets its turn.
+    fn waiting_after_cut(&self) -> bool {
+        let Some(cut) = self.last_cut_round else { return false };
+        let wait = (self.inflight(1.0) / self.mss).clamp(1, MAX_PROBE_WAIT_ROUNDS);
+        self.round < cut + wait
+    }
+
+    /// `tolerant`: a queue above the queueing target has stood through the last
+    /// [`COMPETING_ROUNDS`] rounds, our ProbeBW drains included, and the queue overflowed
+    /// within the last [`COMPETING_MEMORY_ROUNDS`]: a flow that fills queues until they
+    /// overflow shares the bottleneck. (Flows that keep only their allowance queued
+    /// neither stand above the target nor overflow.)
+    fn competing(&self) -> bool {
+        self.standing_queue_rounds >= COMPETING_ROUNDS && self.last_cut_round.is_some_and(|cut| self.round < cut + COMPETING_MEMORY_ROUNDS)
+    }
+
+    /// `tolerant`: what the window allows beyond the bandwidth-delay product outside
+    /// competition. The same number of packets for every flow at the same bottleneck, so
+    /// that flows that keep a queue each keep the same share of it, and a FIFO queue serves
+    /// them equally (the equilibrium of TCP Vegas and FAST): a quarter of the product,
+    /// from 4 to 32 packets.
+    fn queue_allowance(&self) -> u64 {
+        (self.inflight(1.0) / 4).clamp(QUEUE_ALLOWANCE_MIN * self.mss, QUEUE_ALLOWANCE_MAX * self.mss)
+    }
+
+    fn check_full_pipe(&mut self, app_limited: bool) {
+        if self.filled_pipe || !self.round_start || app_limited {
+            return;
+        }
+        if self.bw >= self.full_bw * FULL_BW_GROWTH {
+            self.full_bw = self.bw;
+            self.full_bw_count = 0;
+            return;
+        }
+        self.full_bw_count += 1;
+        if self.full_bw_count >= FULL_BW_ROUNDS {
+            self.filled_pipe = true;
+        }
+    }
+
+    fn check_drain(&mut self, now: Instant, bytes_in_flight: u64) {
+        if self.mode == Mode::Startup && self.filled_pipe {
+            self.mode = Mode::Drain;
+            self.pacing_gain = DRAIN_GAIN;
+            self.cwnd_gain = STARTUP_GAIN;
+        }
+        if self.mode == Mode::Drain && bytes_in_flight <= self.inflight(1.0) {
+            self.enter_probe_bw(now);
+        }
+    }
+
+    fn update_probe_rtt(&mut self, now: Instant, batch: &AckBatch, min_rtt_expired: bool) {
+        if self.mode != Mode::ProbeRtt && min_rtt_expired && self.min_rtt.is_some() {
+            self.save_cwnd();
+            self.mode = Mode::ProbeRtt;
+            self.pacing_gain = 1.0;
+            self.cwnd_gain = 1.0;
+            self.probe_rtt_done = None;
+        }
+        if self.mode != Mode::ProbeRtt {
+            return;
+        }
+        match self.probe_rtt_done {
+            None if batch.bytes_in_flight <= self.min_pipe_cwnd() => {
+                self.probe_rtt_done = Some(now + PROBE_RTT_DURATION);
+                self.probe_rtt_round_done = false;
+                self.next_round_delivered = batch.delivered;
+            }
+            None => {}
+            Some(done) => {
+                if self.round_start {
+                    self.probe_rtt_round_done = true;
+                }
+                if self.probe_rtt_round_done && now >= done {
+                    self.min_rtt_stamp = now;
+                    self.restore_cwnd();
+                    if self.filled_pipe {
+                        self.enter_probe_bw(now);
+                    } else {
+                        self.mode = Mode::Startup;
+                        self.pacing_gain = STARTUP_GAIN;
+                        self.cwnd_gain = STARTUP_GAIN;
+                    }
+                }
+            }
+        }
+    }
+
+    fn set_pacing_rate(&mut self, rtt: &RttEstimator) {
+        let rate = if self.bw > 0.0 {
+            (self.pacing_gain * self.bw * PACING_MARGIN) as u64
+        } else {
+            // Before any sample: the initial window over the RTT, at Startup's gain.
+            let srtt = rtt.get().as_secs_f64().max(1e-3);
+            (STARTUP_GAIN * self.initial_cwnd as f64 / srtt) as u64
+        };
+        if self.filled_pipe || rate > self.pacer.rate() {
+            self.pacer.set_rate(rate.max(1));
+        }
+        let quantum = self.send_quantum();
+        self.pacer.set_burst(quantum);
+    }
+
+    fn set_cwnd(&mut self, batch: &AckBatch, acked: u64) {
+        if self.entering_recovery {
+            self.entering_recovery = false;
+            if self.flavour == BbrFlavour::V1 {
+                // Packet conservation: one packet out for each one acknowledged, for a round.
+                self.save_cwnd_before_recovery();
+                self.cwnd = batch.bytes_in_flight + acked.max(self.mss);
+                self.conservation_until = Some(self.round + 1);
+            }
+        }
+        if self.conservation_until.is_some_and(|round| self.round >= round) {
+            self.conservation_until = None;
+        }
+        let target = match self.min_rtt {
+            Some(_) if self.bw > 0.0 && self.tolerant() && self.mode == Mode::ProbeBw && !self.competing() => {
+                self.inflight(self.pacing_gain.max(1.0)) + self.queue_allowance()
+            }
+            Some(_) if self.bw > 0.0 => self.inflight(self.cwnd_gain) + 3 * self.send_quantum(),
+            _ => self.initial_cwnd,
+        }
+        .max(self.min_pipe_cwnd());
+        if self.conservation_until.is_some() {
+            self.cwnd = self.cwnd.max(batch.bytes_in_flight + acked);
+        } else if self.filled_pipe {
+            self.cwnd = (self.cwnd + acked).min(target);
+        } else if self.cwnd < target || batch.delivered < self.initial_cwnd {
+            self.cwnd += acked;
+        }
+        self.cwnd = self.cwnd.max(self.min_pipe_cwnd());
+        if self.mode == Mode::ProbeRtt {
+            self.cwnd = self.cwnd.min(self.min_pipe_cwnd());
+        }
+    }
+
+    fn save_cwnd_before_recovery(&mut self) {
+        // The episode has begun (recovery_start is set), so save as outside recovery.
+        let start = self.recovery_start.take();
+        self.save_cwnd();
+        self.recovery_start = start;
+    }
+}
+
+impl Controller for Bbr {
+    fn on_sent(&mut self, now: Instant, packet: &SentPacket, _bytes_in_flight: u64) -> u64 {
+        self.pacer.on_sent(now, packet.bytes);
+        if self.calm() { CALM } else { 0 }
+    }
+
+    fn on_ack(&mut self, _now: Instant, packet: &SentPacket, _rtt: &RttEstimator) {
+        self.acked += packet.bytes;
+        self.acked_delivered = Some(self.acked_delivered.map_or(packet.delivered, |d| d.max(packet.delivered)));
+        if packet.controller_state == CALM {
+            self.calm_acked += packet.bytes;
+        }
+        if self.recovery_start.is_some_and(|start| packet.sent > start) {
+            // A packet sent after the episode began came back: the episode is over.
+            self.recovery_start = None;
+            self.conservation_until = None;
+            self.restore_cwnd();
+        }
+    }
+
+    fn on_packet_lost(&mut self, _now: Instant, packet: &SentPacket) {
+        if packet.controller_state == CALM {
+            self.calm_lost += packet.bytes;
+        }
+    }
+
+    fn on_ack_batch(&mut self, now: Instant, batch: &AckBatch, rtt: &RttEstimator) {
+        let acked = std::mem::take(&mut self.acked);
+        self.round_start = false;
+        if let Some(delivered) = self.acked_delivered.take() {
+            if delivered >= self.next_round_delivered {
+                self.next_round_delivered = batch.delivered;
+                self.round += 1;
+                self.round_start = true;
+                self.last_round_min_rtt = self.round_min_rtt.take();
+                let standing = match (self.min_rtt, self.last_round_min_rtt) {
+                    (Some(min_rtt), Some(round_min)) => round_min.saturating_sub(min_rtt).as_secs_f64() > queue_target(min_rtt),
+                    _ => false,
+                };
+                self.standing_queue_rounds = if standing { self.standing_queue_rounds.saturating_add(1) } else { 0 };
+            }
+        }
+        if acked > 0 && rtt.has_sample() {
+            let latest = rtt.latest();
+            self.round_min_rtt = Some(self.round_min_rtt.map_or(latest, |m| m.min(latest)));
+        }
+        self.round_acked += batch.newly_acked;
+        self.round_lost += batch.newly_lost;
+        if self.tolerant() && self.round_start {
+            let resolved = self.round_acked + self.round_lost;
+            let enough = resolved >= LOSS_SAMPLE_PACKETS * self.mss && self.calm_seen > 0.0;
+            if self.mode == Mode::Startup && enough && self.excess_loss(self.round_lost, resolved) {
+                // Doubling the rate raised the loss: the path is full, and that loss is the queue's.
+                self.filled_pipe = true;
+                self.calm_acked = 0;
+                self.calm_lost = 0;
+            } else if self.congested_round() {
+                self.calm_acked = 0;
+                self.calm_lost = 0;
+                if self.last_cut_round.is_none_or(|r| self.round > r + 1) {
+                    self.last_cut_round = Some(self.round);
+                    self.bw_filter.cap(CONGESTION_BETA * self.bw);
+                    self.cut_delivered = batch.delivered;
+                }
+            } else {
+                self.update_random_loss();
+            }
+            self.round_acked = 0;
+            self.round_lost = 0;
+        }
+        if self.restore_after_timeout && acked > 0 {
+            self.restore_after_timeout = false;
+            self.restore_cwnd();
+        }
+        if let Some(sample) = batch.rate_sample {
+            if sample.delivery_rate > 0.0 {
+                let rate = self.bandwidth_sample(&sample);
+                // An application-limited sample is kept only when it shows more than the model
+                // knows; one from before a congestion cut only when it shows less.
+                let before_cut = sample.prior_delivered < self.cut_delivered;
+                if (rate >= self.bw || !sample.is_app_limited) && !(before_cut && rate > self.bw) {
+                    self.bw_filter.update(self.round, rate);
+                }
+            }
+        }
+        self.bw = self.bw_filter.max(self.round);
+        let min_rtt_expired = self.min_rtt.is_some() && now > self.min_rtt_stamp + MIN_RTT_WINDOW;
+        if acked > 0 && rtt.has_sample() {
+            let sample = rtt.latest();
+            if self.min_rtt.is_none_or(|m| sample <= m) || min_rtt_expired {
+                self.min_rtt = Some(sample);
+                self.min_rtt_stamp = now;
+            }
+        }
+        let prior_inflight = batch.bytes_in_flight + batch.newly_acked + batch.newly_lost;
+        self.update_cycle_phase(now, prior_inflight, batch.newly_lost, rtt.latest());
+        self.check_full_pipe(batch.rate_sample.is_some_and(|s| s.is_app_limited));
+        self.check_drain(now, batch.bytes_in_flight);
+        self.update_probe_rtt(now, batch, min_rtt_expired);
+        self.set_pacing_rate(rtt);
+        self.set_cwnd(batch, acked);
+    }
+
+    fn on_congestion_event(&mut self, now: Instant, sent: Instant, _lost_bytes: u64) {
+        if self.recovery_start.is_some_and(|start| sent <= start) {
+            return;
+        }
+        self.recovery_start = Some(now);
+        self.entering_recovery = true;
+    }
+
+    fn on_retransmission_timeout(&mut self, now: Instant) {
+        let start = self.recovery_start.take();
+        self.save_cwnd();
+        self.recovery_start = Some(start.map_or(now, |s| s.max(now)));
+        self.entering_recovery = false;
+        self.conservation_until = None;
+        match self.flavour {
+            BbrFlavour::V1 => self.cwnd = self.mss,
+            BbrFlavour::Tolerant => {
+                // The path may be gone: send little until it answers, then resume where the model was.
+                self.cwnd = self.min_pipe_cwnd();
+                self.restore_after_timeout = true;
+            }
+        }
+    }
+
+    fn window(&self) -> u64 {
+        self.cwnd
+    }
+
+    fn earliest_departure_time(&self) -> Option<Instant> {
+        self.pacer.earliest_departure_time()
+    }
+
+    fn name(&self) -> &str {
+        match self.flavour {
+            BbrFlavour::V1 => "bbr",
+            BbrFlavour::Tolerant => "tolerant",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MSS: u64 = 1000;
+
+    /// A scripted path in whole rounds: each round the controller's window (or its pacing
+    /// rate over the RTT, if smaller) leaves at once and comes back one RTT later in one
+    /// ack, at most `rate` bytes per second of it delivered and a share `loss` of those lost.
+    struct Fluid {
+        cc: Bbr,
+        rtt: RttEstimator,
+        now: Instant,
+        delivered: u64,
+        seq: u64,
+    }
+
+    impl Fluid {
+        fn new(config: BbrConfig) -> Self {
+            Fluid { cc: Bbr::new(config, MSS), rtt: RttEstimator::new(Duration::from_millis(100)), now: Instant::from_millis(1000), delivered: 0, seq: 0 }
+        }
+
+        fn round(&mut self, rate: f64, loss: f64, rtt_ms: u64) {
+            let rtt = Duration::from_millis(rtt_ms);
+            let paced = (self.cc.pacing_rate() as f64 * rtt.as_secs_f64()) as u64;
+            let n = (self.cc.window().min(paced.max(MSS)) / MSS).max(1);
+            let mut flight = Vec::new();
+            for i in 0..n {
+                let mut p = SentPacket { seq: self.seq, sent: self.now, bytes: MSS, delivered: self.delivered, ..Default::default() };
+                self.seq += 1;
+                p.controller_state = self.cc.on_sent(self.now, &p, (i + 1) * MSS);
+                flight.push(p);
+            }
+            self.now += rtt;
+            self.rtt.update(rtt);
+            // The path carries at most `rate` over the round; of what it carries, `loss` is lost.
+            let carried = n.min((rate * rtt.as_secs_f64()) as u64 / MSS).max(1);
+            let lost = (carried as f64 * loss).round() as u64;
+            let mut acked = 0;
+            for (i, p) in flight.iter().enumerate() {
+                let i = i as u64;
+                if i < lost || i >= carried {
+                    self.cc.on_packet_lost(self.now, p);
+                } else {
+                    self.cc.on_ack(self.now, p, &self.rtt);
+                    acked += MSS;
+                }
+            }
+            let prior = self.delivered;
+            self.delivered += acked;
+            let newly_lost = (n - carried + lost) * MSS;
+            let sample = (acked > 0).then(|| RateSample {
+                delivered: acked,
+                interval: rtt,
+                delivery_rate: acked as f64 / rtt.as_secs_f64(),
+                prior_delivered: prior,
+                lost: newly_lost,
+                rtt,
+                ..Default::default()
+            });
+            let batch = AckBatch { newly_acked: acked, newly_lost, bytes_in_flight: 0, delivered: self.delivered, rate_sample: sample, app_limited: false };
+            self.cc.on_ack_batch(self.now, &batch, &self.rtt);
+        }
+    }
+
+    #[test]
+    fn startup_drain_and_the_probe_bw_cycle() {
+        // 10 MB/s, 50 ms: a bandwidth-delay product of 500 packets.
+        let mut f = Fluid::new(BbrConfig::v1());
+        let mut modes = vec![f.cc.mode()];
+        for _ in 0..30 {
+            f.round(10e6, 0.0, 50);
+            if modes.last() != Some(&f.cc.mode()) {
+                modes.push(f.cc.mode());
+            }
+        }
+        // Drain ends within the ack that began it here: each round is acknowledged whole, so nothing is left in flight.
+        assert_eq!(modes, [Mode::Startup, Mode::ProbeBw], "Startup ends once the bandwidth stops growing");
+        assert!((f.cc.bandwidth() - 10e6).abs() < 1e5, "bandwidth {}", f.cc.bandwidth());
+        assert_eq!(f.cc.min_rtt(), Some(Duration::from_millis(50)));
+        // In ProbeBW the window is two products plus three send quanta.
+        let window = f.cc.window() / MSS;
+        assert!((1000..=1040).contains(&window), "window {window} packets");
+        // One full cycle sees every gain, in order.
+        let mut gains = Vec::new();
+        for _ in 0..16 {
+            f.round(10e6, 0.0, 50);
+            gains.push(f.cc.pacing_gain());
+        }
+        // A phase lasts more than one minimum RTT, so two of these exact 50 ms rounds.
+        let up = gains.iter().position(|&g| g > 1.0).expect("a probe within two cycles");
+        let down = up + gains[up..].iter().position(|&g| g <= 1.0).unwrap();
+        assert_eq!(gains[down], 0.75, "the probe is followed by a drain: {gains:?}");
+        assert!(gains[down + 1..].iter().take(6).all(|&g| g == 1.0), "then cruising: {gains:?}");
+    }
+
+    #[test]
+    fn probe_rtt_every_ten_seconds_holds_four_packets_then_restores_the_window() {
+        let mut f = Fluid::new(BbrConfig::v1());
+        for _ in 0..30 {
+            f.round(10e6, 0.0, 50);
+        }
+        let window = f.cc.window();
+        let mut seen = None;
+        // The RTT grows by a millisecond and stays there: after 10 s the minimum must be measured again.
+        for round in 0..400 {
+            f.round(10e6, 0.0, 51);
+            if f.cc.mode() == Mode::ProbeRtt {
+                seen = Some(round);
+                assert_eq!(f.cc.window(), 4 * MSS);
+                break;
+            }
+        }
+        let round = seen.expect("ProbeRTT within 10 s");
+        assert!((190..=210).contains(&round), "ProbeRTT after {round} rounds of 50 ms");
+        for _ in 0..10 {
+            f.round(10e6, 0.0, 51);
+        }
+        assert_eq!(f.cc.mode(), Mode::ProbeBw);
+        assert!(f.cc.window() >= window * 9 / 10, "window {} restored to about {window}", f.cc.window());
+    }
+
+    #[test]
+    fn v1_conserves_packets_in_recovery_and_falls_to_one_packet_on_a_timeout() {
+        let mut f = Fluid::new(BbrConfig::v1());
+        for _ in 0..30 {
+            f.round(10e6, 0.0, 50);
+        }
+        let before = f.cc.window();
+        f.cc.on_congestion_event(f.now, f.now - Duration::from_millis(10), MSS);
+        for seq in 0..10 {
+            let early = SentPacket { seq, sent: f.now - Duration::from_millis(20), bytes: MSS, delivered: f.delivered, ..Default::default() };
+            f.cc.on_ack(f.now, &early, &f.rtt);
+        }
+        let batch = AckBatch { newly_acked: 10 * MSS, bytes_in_flight: 100 * MSS, delivered: f.delivered, ..Default::default() };
+        f.cc.on_ack_batch(f.now, &batch, &f.rtt);
+        assert_eq!(f.cc.window(), 110 * MSS, "the window is what is in flight plus what this ack acknowledged");
+        // A packet sent after the episode began comes back: the window is restored.
+        let late = SentPacket { seq: 1 << 40, sent: f.now + Duration::from_millis(1), bytes: MSS, delivered: f.delivered, ..Default::default() };
+        f.cc.on_ack(f.now + Duration::from_millis(60), &late, &f.rtt);
+        assert!(f.cc.window() >= before);
+        f.cc.on_retransmission_timeout(f.now + Duration::from_secs(1));
+        assert_eq!(f.cc.window(), MSS);
+    }
+
+    #[test]
+    fn tolerant_keeps_its_window_through_loss_and_a_timeout() {
+        let mut f = Fluid::new(BbrConfig::tolerant());
+        for _ in 0..30 {
+            f.round(10e6, 0.0, 50);
+        }
+        let before = f.cc.window();
+        f.cc.on_congestion_event(f.now, f.now - Duration::from_millis(10), MSS);
+        f.round(10e6, 0.0, 50);
+        assert!(f.cc.window() >= before * 8 / 10, "loss alone does not shrink the window: {} vs {before}", f.cc.window());
+        let before = f.cc.window();
+        f.cc.on_retransmission_timeout(f.now + Duration::from_secs(1));
+        assert_eq!(f.cc.window(), 4 * MSS, "after a timeout, four packets until the path answers");
+        let p = SentPacket { seq: 1 << 40, sent: f.now + Duration::from_secs(1), bytes: MSS, delivered: f.delivered, ..Default::default() };
+        f.cc.on_ack(f.now + Duration::from_millis(1100), &p, &f.rtt);
+        let batch = AckBatch { newly_acked: MSS, delivered: f.delivered + MSS, ..Default::default() };
+        f.cc.on_ack_batch(f.now + Duration::from_millis(1100), &batch, &f.rtt);
+        // The model's window again: at least the bandwidth-delay product of 500 packets.
+        assert!(f.cc.window() >= 500 * MSS && before >= 500 * MSS, "then the model's window again: {} (before: {before})", f.cc.window());
+    }
+
+    #[test]
+    fn random_loss_shrinks_bbr_but_not_tolerant() {
+        for loss in [0.1, 0.3, 0.5] {
+            let mut v1 = Fluid::new(BbrConfig::v1());
+            let mut tolerant = Fluid::new(BbrConfig::tolerant());
+            for _ in 0..300 {
+                v1.round(10e6, loss, 50);
+                tolerant.round(10e6, loss, 50);
+            }
+            // What the path can carry is 10 MB/s; of it, (1 - loss) arrives.
+            let carried = tolerant.cc.bandwidth();
+            assert!(carried >= 9e6, "tolerant at {loss}: {carried}");
+            assert!((tolerant.cc.random_loss() - loss).abs() < 0.05, "estimated loss {} at {loss}", tolerant.cc.random_loss());
+            assert!(v1.cc.bandwidth() <= 10e6 * (1.0 - loss) * 1.01, "bbr at {loss}: {}", v1.cc.bandwidth());
+            if loss >= 0.3 {
+                assert!(v1.cc.bandwidth() < 0.5 * carried, "bbr loses ground at {loss}: {} vs {carried}", v1.cc.bandwidth());
+            }
+        }
+    }
+
+    #[test]
+    fn tolerant_yields_to_loss_that_comes_with_a_queue() {
+        let settle = |f: &mut Fluid| {
+            for _ in 0..40 {
+                f.round(10e6, 0.0, 50);
+            }
+        };
+        // The same 20 % loss: through a standing queue (RTT 50 -> 70 ms) it is congestion ...
+        let mut queued = Fluid::new(BbrConfig::tolerant());
+        settle(&mut queued);
+        let before = queued.cc.bandwidth();
+        for _ in 0..3 {
+            queued.round(10e6, 0.2, 70);
+        }
+        assert!(queued.cc.bandwidth() <= 0.75 * before, "cut from {before} to {}", queued.cc.bandwidth());
+        // ... at the propagation delay it is the path's own.
+        let mut clear = Fluid::new(BbrConfig::tolerant());
+        settle(&mut clear);
+        for _ in 0..3 {
+            clear.round(10e6, 0.2, 50);
+        }
+        assert!(clear.cc.bandwidth() >= 0.95 * before, "kept {} of {before}", clear.cc.bandwidth());
+    }
+}
