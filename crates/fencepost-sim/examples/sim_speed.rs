@@ -10,7 +10,7 @@ fn main() {
     println!("scenario: bulk {bytes}, rate 100mbit, delay 20ms, loss 1% both ways, queue 1MB, seed 1");
     println!("{:<34} {:>10} {:>10} {:>12} {:>14} {:>10}", "cc", "virtual s", "wall s", "sim x real", "datagrams/s", "integrity");
     // A window that fills the 100 Mbit/s x 40 ms path, the default profile's, and the loss-based controllers.
-    for cc in ["none:window=512", "none:window=64", "tahoe", "reno", "cubic"] {
+    for cc in ["none:window=512", "none:window=64", "tahoe", "reno", "cubic", "bbr", "tolerant"] {
         let options = [
             ("bytes", bytes.as_str()),
             ("rate", "100mbit"),

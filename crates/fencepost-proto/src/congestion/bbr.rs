@@ -461,7 +461,7 @@ impl Bbr {
     /// competition. The same number of packets for every flow at the same bottleneck, so
     /// that flows that keep a queue each keep the same share of it, and a FIFO queue serves
     /// them equally (the equilibrium of TCP Vegas and FAST): a quarter of the product,
-    /// from 4 to 32 packets.
+    /// from 4 to 16 packets.
     fn queue_allowance(&self) -> u64 {
         (self.inflight(1.0) / 4).clamp(QUEUE_ALLOWANCE_MIN * self.mss, QUEUE_ALLOWANCE_MAX * self.mss)
     }
