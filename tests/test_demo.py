@@ -92,7 +92,7 @@ def test_demo_writes_the_report(tmp_path, capsys):
     path = run_demo(out=tmp_path / "report", trials=2, workers=2, progress=False)
     out = capsys.readouterr().out
     for heading in ["(a) sliding window vs sliding fence, seed profile", "(a) sliding window vs sliding fence, default profile",
-                    "(b) TCP THERMAL", "(c) Congestion-control notebook"]:
+                    "(b) TCP THERMAL", "(c) Congestion-control notebook", "(d) Goodput (Mbit/s) against random loss"]:
         assert heading in out
     html = path.read_text()
     pngs = list((tmp_path / "report" / "plots").glob("*.png"))
@@ -100,7 +100,8 @@ def test_demo_writes_the_report(tmp_path, capsys):
     assert len(pngs) >= 5 and len(svgs) == len(pngs)
     for png in pngs:
         assert png.name in html
-    assert html.count("<table>") == 4
+    assert html.count("<table>") == 5
+    assert "loss-per-controller.png" in html
     assert "report:" in out and str(path.resolve()) in out
 
 
