@@ -321,8 +321,17 @@ impl Bbr {
         MIN_PIPE_PACKETS * self.mss
     }
 
-    fn save_cwnd(&mut self) {
-        self.prior_cwnd = if self.recovery_start.is_none() && self.mode != Mode::ProbeRtt { self.cwnd } else { self.prior_cwnd.max(self.cwnd) };
+    /// Remembers the window to come back to; inside recovery or ProbeRTT the window is
+    /// already lowered, so the larger of it and what was saved before is kept.
+    fn save_cwnd(&mut self, in_recovery: bool) {
+        self.prior_cwnd = if !in_recovery && self.mode != Mode::ProbeRtt { self.cwnd } else { self.prior_cwnd.max(self.cwnd) };
+    }
+
+    /// The last round's standing queue (its smallest RTT above the propagation delay)
+    /// as a share of the queueing target; `None` before both are known.
+    fn last_round_queue(&self) -> Option<f64> {
+        let (min_rtt, round_min) = (self.min_rtt?, self.last_round_min_rtt?);
+        Some(round_min.saturating_sub(min_rtt).as_secs_f64() / queue_target(min_rtt))
     }
 
     fn restore_cwnd(&mut self) {
@@ -349,12 +358,9 @@ impl Bbr {
     /// while a queue stood through it: the loss is a queue overflowing, which is congestion.
     fn congested_round(&self) -> bool {
         let resolved = self.round_acked + self.round_lost;
-        let (Some(min_rtt), Some(round_min)) = (self.min_rtt, self.last_round_min_rtt) else { return false };
-        if resolved < LOSS_SAMPLE_PACKETS * self.mss {
-            return false;
-        }
-        let queue = round_min.saturating_sub(min_rtt).as_secs_f64();
-        queue > queue_target(min_rtt) / 2.0 && self.excess_loss(self.round_lost, resolved)
+        resolved >= LOSS_SAMPLE_PACKETS * self.mss
+            && self.last_round_queue().is_some_and(|queue| queue > 0.5)
+            && self.excess_loss(self.round_lost, resolved)
     }
 
     /// The share `lost / resolved` is above `p̂` by more than three standard deviations
@@ -388,14 +394,7 @@ impl Bbr {
         }
         // A queue that stood through the last round says the estimate is already too high:
         // the correction fades out between a quarter and a half of the queueing target.
-        let trust = match (self.min_rtt, self.last_round_min_rtt) {
-            (Some(min_rtt), Some(round_min)) => {
-                let target = queue_target(min_rtt);
-                let excess = round_min.saturating_sub(min_rtt).as_secs_f64();
-                (2.0 - 4.0 * excess / target).clamp(0.0, 1.0)
-            }
-            _ => 1.0,
-        };
+        let trust = self.last_round_queue().map_or(1.0, |queue| (2.0 - 4.0 * queue).clamp(0.0, 1.0));
         sample.delivery_rate + (corrected - sample.delivery_rate).max(0.0) * trust
     }
 
@@ -494,7 +493,7 @@ impl Bbr {
 
     fn update_probe_rtt(&mut self, now: Instant, batch: &AckBatch, min_rtt_expired: bool) {
         if self.mode != Mode::ProbeRtt && min_rtt_expired && self.min_rtt.is_some() {
-            self.save_cwnd();
+            self.save_cwnd(self.recovery_start.is_some());
             self.mode = Mode::ProbeRtt;
             self.pacing_gain = 1.0;
             self.cwnd_gain = 1.0;
@@ -549,7 +548,8 @@ impl Bbr {
             self.entering_recovery = false;
             if self.flavour == BbrFlavour::V1 {
                 // Packet conservation: one packet out for each one acknowledged, for a round.
-                self.save_cwnd_before_recovery();
+                // The episode has just begun: what to come back to is the window before it.
+                self.save_cwnd(false);
                 self.cwnd = batch.bytes_in_flight + acked.max(self.mss);
                 self.conservation_until = Some(self.round + 1);
             }
@@ -576,13 +576,6 @@ impl Bbr {
         if self.mode == Mode::ProbeRtt {
             self.cwnd = self.cwnd.min(self.min_pipe_cwnd());
         }
-    }
-
-    fn save_cwnd_before_recovery(&mut self) {
-        // The episode has begun (recovery_start is set), so save as outside recovery.
-        let start = self.recovery_start.take();
-        self.save_cwnd();
-        self.recovery_start = start;
     }
 }
 
@@ -621,10 +614,7 @@ impl Controller for Bbr {
                 self.round += 1;
                 self.round_start = true;
                 self.last_round_min_rtt = self.round_min_rtt.take();
-                let standing = match (self.min_rtt, self.last_round_min_rtt) {
-                    (Some(min_rtt), Some(round_min)) => round_min.saturating_sub(min_rtt).as_secs_f64() > queue_target(min_rtt),
-                    _ => false,
-                };
+                let standing = self.last_round_queue().is_some_and(|queue| queue > 1.0);
                 self.standing_queue_rounds = if standing { self.standing_queue_rounds.saturating_add(1) } else { 0 };
             }
         }
@@ -698,9 +688,8 @@ impl Controller for Bbr {
     }
 
     fn on_retransmission_timeout(&mut self, now: Instant) {
-        let start = self.recovery_start.take();
-        self.save_cwnd();
-        self.recovery_start = Some(start.map_or(now, |s| s.max(now)));
+        self.save_cwnd(false);
+        self.recovery_start = Some(self.recovery_start.map_or(now, |s| s.max(now)));
         self.entering_recovery = false;
         self.conservation_until = None;
         match self.flavour {
