@@ -5,7 +5,9 @@ An output folder holds one row per run (``runs.jsonl``, ``runs.csv``), a summary
 per condition with mean, standard deviation and 95 % confidence interval
 (``summary.csv``, ``summary.json``) and the experiment that was run
 (``experiment.toml``). Running the same sweep into the same folder skips the runs
-already there, so an interrupted sweep resumes where it stopped.
+already there, so an interrupted sweep resumes where it stopped. Runs with several
+flows also carry each flow's goodput, mean RTT and retransmissions as
+``flow<N>_<name>`` columns (N from 1), summarised like the other metrics.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import json
 import math
 import multiprocessing
 import os
+import re
 import signal
 import sys
 import time
@@ -269,6 +272,11 @@ def t95(df: int) -> float:
     return _T95[max(b for b in _T95 if b <= df)]
 
 
+# The per-flow figures a many-flow run's row carries as flow<N>_<name> columns.
+PER_FLOW = ["goodput_bps", "rtt_mean_ms", "retransmissions"]
+_PER_FLOW_COLUMN = re.compile(r"flow[0-9]+_(" + "|".join(PER_FLOW) + ")")
+
+
 def summarize_values(values: Iterable[float]) -> tuple[float, float, float]:
     """Mean, sample standard deviation and 95 % confidence half-width."""
     xs = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
@@ -286,6 +294,8 @@ def summarize(rows: Sequence[Mapping[str, Any]], condition_keys: Sequence[str], 
     """One row per condition: n runs, how many completed and how many failed, and
     mean/std/ci95 of every metric over the runs that completed (a failed run's
     figures measure the failure, not the transport; it is counted, not averaged in)."""
+    per_flow = [k for k in dict.fromkeys(k for row in rows for k in row) if _PER_FLOW_COLUMN.fullmatch(k)]
+    metrics = list(metrics) + [k for k in per_flow if k not in metrics]
     groups: dict[tuple, list] = {}
     for row in rows:
         groups.setdefault(tuple(row[k] for k in condition_keys), []).append(row)
@@ -315,6 +325,11 @@ def _flatten(record: dict) -> dict:
     result = SimResult.from_dict(record["result"])
     for name, value in result.as_dict().items():
         row[f"{name}_effective" if name in record["condition"] else name] = value
+    if len(result.flows) > 1:
+        # Many-flow runs: each flow's own figures too, so shares can be read from the rows.
+        for flow in result.flows:
+            for name in PER_FLOW:
+                row[f"flow{flow.flow}_{name}"] = getattr(flow, name)
     return row
 
 

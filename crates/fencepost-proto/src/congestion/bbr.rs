@@ -86,8 +86,20 @@ const QUEUE_ALLOWANCE_MIN: u64 = 4;
 const QUEUE_ALLOWANCE_MAX: u64 = 16;
 /// `tolerant`: the largest loss rate corrected for; beyond it samples are scaled by 10 at most.
 const MAX_CORRECTED_LOSS: f64 = 0.9;
-/// `tolerant`: a probe has done its work once the RTT is this much above its minimum.
-const PROBE_RTT_RISE: f64 = 1.25;
+/// `tolerant`: the queue a probe for bandwidth may build, as a share of the queueing target.
+const PROBE_QUEUE_SHARE: f64 = 0.5;
+/// `tolerant`: a probe has done its work once the RTT is this share of the queueing
+/// target above a round trip: the path has no more bandwidth to give, only queue.
+const PROBE_RTT_RISE: f64 = 0.5;
+
+/// `tolerant`: how many times the delay variation (mean difference between consecutive
+/// RTTs) a round trip lasts beyond the propagation delay. For normally distributed
+/// delay, the mean RTT is about three such differences above the lowest of thousands
+/// of samples; for the sum of two uniform delays, about two.
+const JITTER_ROUND_TRIPS: f64 = 3.0;
+/// `tolerant`: how many times the delay variation a round's smallest RTT may sit above
+/// the propagation delay without reading as a queue.
+const JITTER_QUEUE_DISCOUNT: f64 = 2.0;
 
 /// `tolerant`'s queueing-delay target: a quarter of the propagation delay, at least a millisecond.
 fn queue_target(min_rtt: Duration) -> f64 {
@@ -180,6 +192,15 @@ pub struct Bbr {
     /// The smallest RTT of the round in progress and of the last complete one.
     round_min_rtt: Option<Duration>,
     last_round_min_rtt: Option<Duration>,
+    /// The previous ack's RTT sample, for the delay variation.
+    previous_rtt: Option<Duration>,
+    /// `tolerant`: the mean difference between consecutive RTT samples (seconds), as
+    /// RFC 3550 measures interarrival jitter: the path's delay variation (jitter, ack
+    /// aggregation). A queue changes the RTT smoothly from one ack to the next, so it
+    /// hardly shows here.
+    delay_jitter: f64,
+    /// `tolerant`: rounds counted outside ProbeRTT, which age the bandwidth filter.
+    bw_round: u64,
     /// The newest `P.delivered` among the packets this ack acknowledged.
     acked_delivered: Option<u64>,
     filled_pipe: bool,
@@ -238,6 +259,9 @@ impl Bbr {
             acked_delivered: None,
             round_min_rtt: None,
             last_round_min_rtt: None,
+            previous_rtt: None,
+            delay_jitter: 0.0,
+            bw_round: 0,
             filled_pipe: false,
             full_bw: 0.0,
             full_bw_count: 0,
@@ -300,9 +324,38 @@ impl Bbr {
     /// Bytes in flight that `gain` times the bandwidth-delay product allows.
     fn inflight(&self, gain: f64) -> u64 {
         match self.min_rtt {
-            Some(min_rtt) if self.bw > 0.0 => (gain * self.bw * min_rtt.as_secs_f64()) as u64,
+            Some(min_rtt) if self.bw > 0.0 => (gain * self.bw * self.round_trip(min_rtt)) as u64,
             _ => self.initial_cwnd,
         }
+    }
+
+    /// What a probe for more bandwidth may have in flight: the pacing gain times the
+    /// bandwidth-delay product for `bbr`; for `tolerant` at most half the queueing target
+    /// beyond one product, so that a probe that finds no more bandwidth queues less than
+    /// the target (a quarter of a product, 1.25's share, is the whole target on a long path).
+    fn probe_inflight(&self) -> u64 {
+        let full_gain = self.inflight(self.pacing_gain);
+        match (self.tolerant(), self.min_rtt) {
+            (true, Some(min_rtt)) if self.bw > 0.0 => {
+                let queued = (self.bw * PROBE_QUEUE_SHARE * queue_target(min_rtt)) as u64;
+                full_gain.min(self.inflight(1.0) + queued.max(self.mss))
+            }
+            _ => full_gain,
+        }
+    }
+
+    /// `tolerant`'s delay variation estimate (0 for `bbr`, which, as v1, ignores it).
+    fn jitter(&self) -> f64 {
+        if self.tolerant() { self.delay_jitter } else { 0.0 }
+    }
+
+    /// How long a packet's round trip takes with no queue, in seconds: the propagation
+    /// delay, plus for `tolerant` [`JITTER_ROUND_TRIPS`] times the delay variation. On a
+    /// path whose delay varies, the smallest RTT in ten seconds is its rare low extreme; a
+    /// window of bandwidth times that starves the path, and phases timed by it end
+    /// before their effect returns.
+    fn round_trip(&self, min_rtt: Duration) -> f64 {
+        min_rtt.as_secs_f64() + JITTER_ROUND_TRIPS * self.jitter()
     }
 
     /// Bytes the pacer lets leave back to back: about a millisecond at high rates (as Linux sizes TSO bursts).
@@ -329,9 +382,23 @@ impl Bbr {
 
     /// The last round's standing queue (its smallest RTT above the propagation delay)
     /// as a share of the queueing target; `None` before both are known.
+    ///
+    /// On a jittery path a round's smallest RTT sits above the ten-second minimum by
+    /// chance, the more so the fewer samples the round has; [`JITTER_QUEUE_DISCOUNT`]
+    /// times the delay variation is discounted for that, so only a queue larger than
+    /// the jitter reads as one.
     fn last_round_queue(&self) -> Option<f64> {
         let (min_rtt, round_min) = (self.min_rtt?, self.last_round_min_rtt?);
-        Some(round_min.saturating_sub(min_rtt).as_secs_f64() / queue_target(min_rtt))
+        let above = round_min.saturating_sub(min_rtt).as_secs_f64() - JITTER_QUEUE_DISCOUNT * self.jitter();
+        Some(above.max(0.0) / queue_target(min_rtt))
+    }
+
+    /// Folds an RTT sample into the delay variation, with RFC 3550's gain of 1/16.
+    fn update_delay_jitter(&mut self, latest: Duration) {
+        if let Some(previous) = self.previous_rtt.replace(latest) {
+            let difference = (latest.as_secs_f64() - previous.as_secs_f64()).abs();
+            self.delay_jitter += (difference - self.delay_jitter) / 16.0;
+        }
     }
 
     fn restore_cwnd(&mut self) {
@@ -397,7 +464,6 @@ impl Bbr {
         let trust = self.last_round_queue().map_or(1.0, |queue| (2.0 - 4.0 * queue).clamp(0.0, 1.0));
         sample.delivery_rate + (corrected - sample.delivery_rate).max(0.0) * trust
     }
-
     fn enter_probe_bw(&mut self, now: Instant) {
         self.mode = Mode::ProbeBw;
         self.cwnd_gain = CWND_GAIN;
@@ -413,14 +479,15 @@ impl Bbr {
             return;
         }
         let Some(min_rtt) = self.min_rtt else { return };
-        let elapsed = now - self.cycle_stamp;
-        let a_round = elapsed > min_rtt;
+        let elapsed = (now - self.cycle_stamp).as_secs_f64();
+        let round_trip = self.round_trip(min_rtt);
+        let a_round = elapsed > round_trip;
         let next = if self.pacing_gain > 1.0 {
-            let full = prior_inflight >= self.inflight(self.pacing_gain);
+            let full = prior_inflight >= self.probe_inflight();
             match self.flavour {
                 BbrFlavour::V1 => a_round && (newly_lost > 0 || full),
                 BbrFlavour::Tolerant => {
-                    a_round && (full || latest_rtt.as_secs_f64() >= PROBE_RTT_RISE * min_rtt.as_secs_f64() || elapsed > min_rtt.saturating_mul(2))
+                    a_round && (full || latest_rtt.as_secs_f64() >= round_trip + PROBE_RTT_RISE * queue_target(min_rtt) || elapsed > 2.0 * round_trip)
                 }
             }
         } else if self.pacing_gain < 1.0 {
@@ -559,7 +626,8 @@ impl Bbr {
         }
         let target = match self.min_rtt {
             Some(_) if self.bw > 0.0 && self.tolerant() && self.mode == Mode::ProbeBw && !self.competing() => {
-                self.inflight(self.pacing_gain.max(1.0)) + self.queue_allowance()
+                let base = if self.pacing_gain > 1.0 { self.probe_inflight() } else { self.inflight(self.pacing_gain.max(1.0)) };
+                base + self.queue_allowance()
             }
             Some(_) if self.bw > 0.0 => self.inflight(self.cwnd_gain) + 3 * self.send_quantum(),
             _ => self.initial_cwnd,
@@ -614,6 +682,12 @@ impl Controller for Bbr {
                 self.round += 1;
                 self.round_start = true;
                 self.last_round_min_rtt = self.round_min_rtt.take();
+                if !(self.tolerant() && self.mode == Mode::ProbeRtt) {
+                    // ProbeRTT's 200 ms can be many rounds on a short path; with so little in
+                    // flight its samples say nothing of the bandwidth, and counting its rounds
+                    // would age out what the filter knew before it.
+                    self.bw_round += 1;
+                }
                 let standing = self.last_round_queue().is_some_and(|queue| queue > 1.0);
                 self.standing_queue_rounds = if standing { self.standing_queue_rounds.saturating_add(1) } else { 0 };
             }
@@ -621,6 +695,7 @@ impl Controller for Bbr {
         if acked > 0 && rtt.has_sample() {
             let latest = rtt.latest();
             self.round_min_rtt = Some(self.round_min_rtt.map_or(latest, |m| m.min(latest)));
+            self.update_delay_jitter(latest);
         }
         self.round_acked += batch.newly_acked;
         self.round_lost += batch.newly_lost;
@@ -657,11 +732,11 @@ impl Controller for Bbr {
                 // knows; one from before a congestion cut only when it shows less.
                 let before_cut = sample.prior_delivered < self.cut_delivered;
                 if (rate >= self.bw || !sample.is_app_limited) && !(before_cut && rate > self.bw) {
-                    self.bw_filter.update(self.round, rate);
+                    self.bw_filter.update(self.bw_round, rate);
                 }
             }
         }
-        self.bw = self.bw_filter.max(self.round);
+        self.bw = self.bw_filter.max(self.bw_round);
         let min_rtt_expired = self.min_rtt.is_some() && now > self.min_rtt_stamp + MIN_RTT_WINDOW;
         if acked > 0 && rtt.has_sample() {
             let sample = rtt.latest();
