@@ -92,7 +92,9 @@ def test_demo_writes_the_report(tmp_path, capsys):
     path = run_demo(out=tmp_path / "report", trials=2, workers=2, progress=False)
     out = capsys.readouterr().out
     for heading in ["(a) sliding window vs sliding fence, seed profile", "(a) sliding window vs sliding fence, default profile",
-                    "(b) TCP THERMAL", "(c) Congestion-control notebook", "(d) Goodput (Mbit/s) against random loss"]:
+                    "(b) TCP THERMAL", "(c) Congestion-control notebook", "(d) Goodput (Mbit/s) against random loss",
+                    "(e) Competing senders", "(f) Fairness matrix at 0% random loss", "(f) Fairness matrix at 5% random loss",
+                    "(g) The Mathis check"]:
         assert heading in out
     html = path.read_text()
     pngs = list((tmp_path / "report" / "plots").glob("*.png"))
@@ -100,8 +102,9 @@ def test_demo_writes_the_report(tmp_path, capsys):
     assert len(pngs) >= 5 and len(svgs) == len(pngs)
     for png in pngs:
         assert png.name in html
-    assert html.count("<table>") == 5
-    assert "loss-per-controller.png" in html
+    assert html.count("<table>") == 9
+    for plot_name in ["loss-per-controller", "competing-senders", "fairness-matrix", "mathis", "thermal-time-sequence-cubic"]:
+        assert f"{plot_name}.png" in html, plot_name
     assert "report:" in out and str(path.resolve()) in out
 
 
@@ -115,3 +118,18 @@ def test_example_script_runs(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "packets_sent_mean" in proc.stdout and "integrity True" in proc.stdout
     assert (tmp_path / "packets-vs-loss.png").exists() and (tmp_path / "time-sequence.svg").exists()
+
+
+def test_goodput_over_time_and_share_matrix_plots(tmp_path):
+    result = sim.run(flows=2, cc=["tolerant", "cubic"], rate="20mbit", delay="10ms", time="4s", series="1s")
+    fig = plot.goodput_over_time({"tolerant vs cubic": result}, 1.0, ends={"tolerant vs cubic": 4.0})
+    ax = fig.axes[0]
+    assert ax.get_title() == "tolerant vs cubic" and ax.get_legend() is not None
+    assert len(ax.get_lines()) == 2 and max(ax.get_lines()[0].get_xdata()) <= 4.0
+    assert all(f.stat().st_size > 1000 for f in plot.save(fig, tmp_path / "series"))
+    unrecorded = sim.run(rate="20mbit", time="1s")
+    with pytest.raises(ValueError, match="no goodput series"):
+        plot.goodput_over_time({"no series": unrecorded}, 1.0)
+    fig = plot.share_matrix({"0%": {("a", "b"): (0.25, 0.8), ("b", "a"): (0.75, 0.8)}}, ["a", "b"])
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert "25%\nJ 0.80" in texts and "75%\nJ 0.80" in texts

@@ -143,3 +143,22 @@ def test_parallel_sweep_works_from_a_script_on_stdin():
     out = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "4"
+
+
+def test_many_flow_runs_carry_each_flows_figures():
+    experiment = Experiment(grid={"cc": [["tahoe", "cubic"]]}, fixed={"flows": 2, "rate": "10mbit", "delay": "10ms", "time": "3s"}, trials=2)
+    outcome = run_sweep(experiment, progress=False)
+    for row in outcome.rows:
+        shares = [row["flow1_goodput_bps"], row["flow2_goodput_bps"]]
+        assert all(s > 0 for s in shares), row
+        # Jain's index from the per-flow columns is the run's own.
+        jain = sum(shares) ** 2 / (2 * sum(s * s for s in shares))
+        assert abs(jain - row["jain_index"]) < 1e-9, (jain, row["jain_index"])
+        assert row["flow1_goodput_bps"] == row["goodput_bps"], "the top-level figures are the first flow's"
+    summary = outcome.summary[0]
+    assert summary["cc"] == "tahoe;cubic"
+    mean = sum(r["flow2_goodput_bps"] for r in outcome.rows) / 2
+    assert abs(summary["flow2_goodput_bps_mean"] - mean) < 1e-6
+    # One-flow runs have no per-flow columns.
+    single = run_sweep(Experiment(grid={"loss": ["1%"]}, fixed={"bytes": "50kB"}, trials=1), progress=False)
+    assert not any(k.startswith("flow1_") for k in single.rows[0])

@@ -7,6 +7,12 @@ b. TCP THERMAL (shared/seeds/tcp-thermal.txt): bulk transfer over 10 % loss and
    10 ± 10 ms delay on a fixed-rate link, with and without congestion control.
 c. The congestion-control notebook (shared/seeds/congestion-control-notebook.txt):
    Tahoe on the 2.64 Mbit/s Poisson trace, 88 ms delay, 26400-byte droptail queue.
+d. Every controller's goodput against random loss, 100 Mbit/s, 40 ms RTT.
+e. The notebook's competing senders (two and three flows) on its 2.64 Mbit/s link,
+   with each flow's goodput over time.
+f. A fairness matrix: each controller against each on one 100 Mbit/s bottleneck,
+   at 0 % and 5 % random loss.
+g. The Mathis check: Reno and Tahoe against (MSS/RTT)·sqrt(3/(2p)).
 
 Each table is printed as soon as its runs finish; everything goes into a
 report folder with ``report.html``, the plots (PNG and SVG) and the sweeps' data.
@@ -237,12 +243,22 @@ def _traced_run(report: Report, name: str, **options) -> Path:
     return path
 
 
+THERMAL_CC = {
+    "none:pacing=on": "none, paced",
+    "none:pacing=off": "none, maximum speed",
+    "cubic:pacing=on": "CUBIC, paced",
+    "cubic:pacing=off": "CUBIC, maximum speed",
+    "tahoe": "Tahoe (paced)",
+    "tolerant": "tolerant (the default)",
+}
+
+
 def thermal(report: Report, trials: int, workers: Optional[int], progress: bool) -> dict:
     link = {"rate": f"{THERMAL_RATE_BPS // 1_000_000}mbit", "delay": "10ms", "jitter": "10ms", "loss": "10%", "queue": "100pkt"}
     experiment = Experiment(
         name="thermal",
-        description="Bulk transfer for 20 s over 10 % loss and 10 +/- 10 ms delay on a 20 Mbit/s link.",
-        grid={"cc": ["none", "tahoe"]},
+        description="Bulk transfer for 20 s over 10 % loss and 10 +/- 10 ms delay on a 20 Mbit/s link, with and without congestion control.",
+        grid={"cc": list(THERMAL_CC)},
         fixed={"workload": "bulk", "time": "20s", **link},
         trials=trials,
         seed=1,
@@ -250,52 +266,61 @@ def thermal(report: Report, trials: int, workers: Optional[int], progress: bool)
     outcome = _sweep(report, experiment, workers, progress, "runs (THERMAL)")
     table = Table(
         f"(b) TCP THERMAL: link utilisation with and without congestion control (n={trials})",
-        ["cc", "utilisation", "goodput (Mbit/s)", "retransmissions", "mean RTT (ms)"],
+        ["sender", "cc", "utilisation", "goodput (Mbit/s)", "retransmissions", "mean RTT (ms)"],
         note=(
             "20 Mbit/s link, 10 % random loss each way, one-way delay 10 ± 10 ms (uniform, may reorder), 100-packet queue; "
-            "the sender writes for 20 s. Utilisation = payload goodput / link rate. "
+            "the sender writes for 20 s. Utilisation = payload goodput / link rate. 'none' is no congestion control: a fixed "
+            "64-packet window, about one bandwidth-delay product. 'Paced' spreads each window over the RTT; 'maximum speed' "
+            "sends whatever the window allows at once, as iperf at full speed did in the article. "
             "The article: THERMAL kept about 60 % of its Wi-Fi link, CUBIC under 10 %."
         ),
     )
     rows = {}
-    for cc in ("none", "tahoe"):
+    for cc, label in THERMAL_CC.items():
         r = _by(outcome.summary, cc=cc)
         rows[cc] = r
-        table.add(
-            cc,
-            f"{r['goodput_bps_mean'] / THERMAL_RATE_BPS:.1%} ± {r['goodput_bps_ci95'] / THERMAL_RATE_BPS:.1%}",
-            _pm(r["goodput_bps_mean"] / 1e6, r["goodput_bps_ci95"] / 1e6, 2),
-            _fmt(r["retransmissions_mean"]),
-            _fmt(r["rtt_mean_ms_mean"], 1),
-        )
-    ratio = rows["none"]["goodput_bps_mean"] / rows["tahoe"]["goodput_bps_mean"]
-    table.note += f" Here none uses {ratio:.1f}x the link that tahoe does."
+        utilisation = f"{r['goodput_bps_mean'] / THERMAL_RATE_BPS:.1%} ± {r['goodput_bps_ci95'] / THERMAL_RATE_BPS:.1%}"
+        if r.get("failed"):
+            utilisation += f" ({r['failed']} failed)"
+        table.add(label, cc, utilisation, _pm(r["goodput_bps_mean"] / 1e6, r["goodput_bps_ci95"] / 1e6, 2),
+                  _fmt(r["retransmissions_mean"]), _fmt(r["rtt_mean_ms_mean"], 1))
+    ratio = rows["none:pacing=on"]["goodput_bps_mean"] / rows["cubic:pacing=on"]["goodput_bps_mean"]
+    ratio_tahoe = rows["none:pacing=on"]["goodput_bps_mean"] / rows["tahoe"]["goodput_bps_mean"]
+    unpaced = rows["none:pacing=off"]["goodput_bps_mean"] / rows["cubic:pacing=off"]["goodput_bps_mean"]
+    table.note += (f" Here no congestion control uses {ratio:.1f}x the link that CUBIC does paced, {unpaced:.1f}x at maximum "
+                   f"speed, and {ratio_tahoe:.1f}x what Tahoe does.")
     _say()
     _say(table.text())
     parts = report.section("(b) TCP THERMAL: no congestion control on a lossy link")
     parts.append(table.html())
     # Like the article's trace picture: a short stretch, so single packets show.
-    windows = {"none": (1.0, 1.2), "tahoe": (0.0, 3.0)}
-    for cc in ("none", "tahoe"):
-        events = _traced_run(report, f"thermal-{cc}", workload="bulk", time="3s", cc=cc, seed=1, **link)
-        start, end = windows[cc]
-        fig = plot.time_sequence(events, start=start, end=end, title=f"THERMAL link, cc {cc}: time-sequence, {start:g}-{end:g} s (seed 1)")
-        report.figure(parts, fig, f"thermal-time-sequence-{cc}", f"Time-sequence plot, cc {cc}, {start:g}-{end:g} s: transmissions, retransmissions and the fence")
+    windows = {"none:pacing=off": (1.0, 1.2), "cubic:pacing=off": (0.0, 3.0)}
+    for cc, (start, end) in windows.items():
+        name = cc.split(":")[0]
+        events = _traced_run(report, f"thermal-{name}", workload="bulk", time="3s", cc=cc, seed=1, **link)
+        fig = plot.time_sequence(events, start=start, end=end, title=f"THERMAL link, {THERMAL_CC[cc]}: time-sequence, {start:g}-{end:g} s (seed 1)")
+        report.figure(parts, fig, f"thermal-time-sequence-{name}", f"Time-sequence plot, {THERMAL_CC[cc]}, {start:g}-{end:g} s: transmissions, retransmissions and the fence")
     return {"ratio": ratio, "summary": outcome.summary}
 
 
-def notebook(report: Report, trials: int, workers: Optional[int], progress: bool) -> dict:
+NOTEBOOK_TAHOE = "tahoe:iw=1,ssthresh=10,pacing=off"
+
+
+def _notebook_link(report: Report) -> tuple[dict, str]:
+    """The notebook's low-bandwidth link: its trace when shared/traces is beside the project, else a generated one."""
     trace = _shared_trace("2.64mbps-poisson.trace")
-    trace_note = f"trace {trace.name}" if trace is not None else ""
-    if trace is None:
-        # The shared traces are not beside the project: make a Poisson trace of the same nominal rate.
-        trace = report.out / "data" / "2.64mbps-poisson-generated.trace"
-        trace.parent.mkdir(parents=True, exist_ok=True)
-        trace.write_text(_core.generate_trace("poisson", 2_640_000, 60_000, 1), encoding="utf-8")
-        trace_note = "a generated Poisson trace at 2.64 Mbit/s (shared/traces was not found)"
-    link = {"trace": str(trace), "delay": "88ms", "queue": "26400"}
+    if trace is not None:
+        return {"trace": str(trace), "delay": "88ms", "queue": "26400"}, f"trace {trace.name}"
+    trace = report.out / "data" / "2.64mbps-poisson-generated.trace"
+    trace.parent.mkdir(parents=True, exist_ok=True)
+    trace.write_text(_core.generate_trace("poisson", 2_640_000, 60_000, 1), encoding="utf-8")
+    return {"trace": str(trace), "delay": "88ms", "queue": "26400"}, "a generated Poisson trace at 2.64 Mbit/s (shared/traces was not found)"
+
+
+def notebook(report: Report, trials: int, workers: Optional[int], progress: bool) -> dict:
+    link, trace_note = _notebook_link(report)
     strategies = {
-        "tahoe:iw=1,ssthresh=10,pacing=off": "Tahoe(ssthresh 10, cwnd 1), 240 s",
+        NOTEBOOK_TAHOE: "Tahoe(ssthresh 10, cwnd 1), 240 s",
         "tahoe:iw=1,ssthresh=10,pacing=on": None,
         "none:window=1000,pacing=off": "FixedWindow(1000), 60 s",
     }
@@ -337,7 +362,7 @@ def notebook(report: Report, trials: int, workers: Optional[int], progress: bool
     _say(table.text())
     parts = report.section("(c) The congestion-control notebook: Tahoe on a trace-driven link")
     parts.append(table.html())
-    events = _traced_run(report, "notebook-tahoe", workload="bulk", time="60s", cc="tahoe:iw=1,ssthresh=10,pacing=off", seed=1, **link)
+    events = _traced_run(report, "notebook-tahoe", workload="bulk", time="60s", cc=NOTEBOOK_TAHOE, seed=1, **link)
     # The sender writes for 60 s; what it buffered drains after that, so plot the 60 s.
     fig = plot.congestion_window(events, packet_bytes=1472, end=60.0, title="Tahoe on the 2.64 Mbit/s trace: congestion window and ssthresh")
     report.figure(parts, fig, "notebook-cwnd", "Tahoe's congestion window and slow-start threshold (packets), unpaced as in the notebook")
@@ -393,6 +418,187 @@ def loss_per_controller(report: Report, trials: int, workers: Optional[int], pro
     return {"summary": outcome.summary}
 
 
+# The notebook's competing senders on the 2.64 Mbit/s trace: (label, strategy per flow, seconds,
+# its printed (throughput bytes/s, average RTT ms) per sender or None where it ran no such case).
+COMPETING = [
+    ("two fixed windows of 1000", ["none:window=1000,pacing=off"] * 2, 60, [(394.666667, 1963.733075), (405.333333, 1360.758694)]),
+    ("Tahoe against a fixed window of 600", [NOTEBOOK_TAHOE, "none:window=600,pacing=off"], 60, [(6.666667, 1730.737257), (798.666667, 1500.501963)]),
+    ("two Tahoe", [NOTEBOOK_TAHOE] * 2, 120, [(60415.666667, 248.982606), (64878.333333, 242.212587)]),
+    ("three Tahoe", [NOTEBOOK_TAHOE] * 3, 120, None),
+    ("two tolerant (the default)", ["tolerant"] * 2, 120, None),
+    ("three tolerant (the default)", ["tolerant"] * 3, 120, None),
+]
+
+
+def competing_senders(report: Report, trials: int, workers: Optional[int], progress: bool) -> dict:
+    """The notebook's senders in contention on its 2.64 Mbit/s link, and the same with three flows and with the default."""
+    link, trace_note = _notebook_link(report)
+    table = Table(
+        f"(e) Competing senders on the notebook's link: {trace_note}, 88 ms, 26400-byte queue (n={trials})",
+        ["senders", "flow", "strategy", "throughput (bytes/s)", "average RTT (ms)", "notebook bytes/s", "notebook RTT (ms)", "Jain index", "all flows / 2.64 Mbit/s"],
+        note=(
+            "Each case runs as long as the notebook's did (60 s or 120 s); throughput is payload delivered per second while "
+            "the senders wrote. Windows are in packets as the notebook gave them, but fencepost's packets carry 1458 bytes of "
+            "payload where the notebook's carried 80, so a window of 1000 is 18 times larger in bytes here: both overrun "
+            "the 26,400-byte queue many times over, and that, not the exact figure, is what the notebook's rows show. "
+            "Jain's index is over the flows' goodputs (1 = equal shares). The trace link has no random loss, so the trials "
+            "differ only in their data and agree (± 0)."
+        ),
+    )
+    summaries = {}
+    for label, ccs, seconds, reference in COMPETING:
+        experiment = Experiment(
+            name=f"competing-{len(ccs)}-" + "-".join(dict.fromkeys(cc.split(":")[0] for cc in ccs)),
+            description=f"The notebook's competing senders: {label}, on its 2.64 Mbit/s link for {seconds} s.",
+            grid={"cc": [ccs]},
+            fixed={"workload": "bulk", "time": f"{seconds}s", "flows": len(ccs), **link},
+            trials=trials,
+            seed=1,
+        )
+        outcome = _sweep(report, experiment, workers, progress, f"runs (competing: {label})")
+        r = outcome.summary[0]
+        summaries[label] = r
+        for i, cc in enumerate(ccs, start=1):
+            ref = reference[i - 1] if reference else None
+            table.add(
+                f"{label}, {seconds} s" + (f" ({r['failed']} failed)" if r.get("failed") and i == 1 else ""),
+                str(i),
+                cc,
+                _pm(r[f"flow{i}_goodput_bps_mean"] / 8, r[f"flow{i}_goodput_bps_ci95"] / 8),
+                _pm(r[f"flow{i}_rtt_mean_ms_mean"], r[f"flow{i}_rtt_mean_ms_ci95"], 1),
+                _fmt(ref[0]) if ref else "",
+                _fmt(ref[1], 1) if ref else "",
+                f"{r['jain_index_mean']:.3f}" if i == 1 else "",
+                f"{sum(r[f'flow{k}_goodput_bps_mean'] for k in range(1, len(ccs) + 1)) / 2.64e6:.0%}" if i == 1 else "",
+            )
+    fixed = summaries["two fixed windows of 1000"]
+    mixed = summaries["Tahoe against a fixed window of 600"]
+    tahoe_share = mixed["flow1_goodput_bps_mean"] / (mixed["flow1_goodput_bps_mean"] + mixed["flow2_goodput_bps_mean"])
+    table.note += (
+        f" Two fixed windows together deliver {(fixed['flow1_goodput_bps_mean'] + fixed['flow2_goodput_bps_mean']) / 8:,.0f} bytes/s "
+        f"(the notebook's, 800): fencepost's fixed window resends only the holes the fence reports, so overload wastes most "
+        f"of the link without collapsing it. Against a fixed window of 600, Tahoe takes {tahoe_share:.0%} of the pair's "
+        f"goodput (the notebook's Tahoe: 1 %)."
+    )
+    _say()
+    _say(table.text())
+    parts = report.section("(e) Competing senders on the notebook's link")
+    parts.append(table.html())
+    runs, ends = {}, {}
+    for label, ccs, seconds, _ in COMPETING:
+        panel = f"{label} ({seconds} s)"
+        runs[panel] = simulation.run(workload="bulk", time=f"{seconds}s", flows=len(ccs), cc=ccs, series="2s", seed=1, **link)
+        ends[panel] = seconds
+    fig = plot.goodput_over_time(runs, 2.0, ends=ends, title="Competing senders on the 2.64 Mbit/s trace: each flow's goodput over 2 s intervals (seed 1)")
+    report.figure(parts, fig, "competing-senders", "Per-flow goodput over time for each case (2 s intervals of in-order delivery, while the senders wrote)")
+    return {"summary": summaries}
+
+
+FAIRNESS_LOSSES = ["0%", "5%"]
+
+
+def fairness_matrix(report: Report, trials: int, workers: Optional[int], progress: bool, alone: Optional[list] = None) -> dict:
+    """Every controller against every other (and itself) on one bottleneck; ``alone``
+    (experiment d's summary) adds each controller's goodput with the path to itself."""
+    pairs = [[a, b] for i, a in enumerate(CONTROLLERS) for b in CONTROLLERS[i:]]
+    link = {"rate": "100mbit", "delay": "20ms", "queue": "500kB"}
+    experiment = Experiment(
+        name="fairness-matrix",
+        description="Two flows, each controller against each, through one 100 Mbit/s bottleneck, 40 ms RTT, 500 kB queue, 60 s.",
+        grid={"cc": pairs, "loss": FAIRNESS_LOSSES},
+        fixed={"workload": "bulk", "time": "60s", "flows": 2, **link},
+        trials=trials,
+        seed=1,
+    )
+    outcome = _sweep(report, experiment, workers, progress, "runs (fairness matrix)")
+    parts = report.section("(f) Fairness: each controller against each")
+    matrices = {}
+    for loss in FAIRNESS_LOSSES:
+        cells = {}
+        table = Table(
+            f"(f) Fairness matrix at {loss} random loss: the row controller's share of the goodput, and Jain's index (n={trials})",
+            ["flow 1 \\ flow 2"] + CONTROLLERS,
+            note=(
+                "Two flows start together on a 100 Mbit/s bottleneck with 20 ms each way and a 500 kB (one BDP) droptail queue, "
+                f"{loss} random loss on both directions before the bottleneck, 60 s. A cell is the row controller's share of the "
+                "two flows' goodput (mean over trials) and the mean Jain index; the matrix is read across a row, so a cell and "
+                "its mirror add to 100 %. Runs that failed are counted in brackets."
+                + (" The last row is each controller's goodput alone on the same path at the same loss, from table (d) "
+                   "(20 s runs): where a share is small, compare the flow's goodput with it." if alone else "")
+            ),
+        )
+        for a, b in pairs:
+            r = _by(outcome.summary, cc=f"{a};{b}", loss=loss)
+            total = r["flow1_goodput_bps_mean"] + r["flow2_goodput_bps_mean"]
+            share = r["flow1_goodput_bps_mean"] / total if total else math.nan
+            cells[(a, b)] = (share, r["jain_index_mean"], r.get("failed", 0))
+            cells[(b, a)] = (1 - share, r["jain_index_mean"], r.get("failed", 0))
+        for a in CONTROLLERS:
+            row = []
+            for b in CONTROLLERS:
+                share, jain, failed = cells[(a, b)]
+                row.append(f"{share:.0%} J {jain:.2f}" + (f" ({failed} failed)" if failed else ""))
+            table.add(a, *row)
+        if alone:
+            table.add("alone (d), Mbit/s", *[_fmt(_by(alone, cc=b, loss=loss)["goodput_bps_mean"] / 1e6, 1) for b in CONTROLLERS])
+        _say()
+        _say(table.text())
+        parts.append(table.html())
+        matrices[f"{loss} random loss"] = {k: v[:2] for k, v in cells.items()}
+    fig = plot.share_matrix(matrices, CONTROLLERS, title="Each controller against each: 100 Mbit/s, 40 ms RTT, 1-BDP queue, 60 s")
+    report.figure(parts, fig, "fairness-matrix", "Share of the goodput the row controller takes against the column controller (and Jain's index)")
+    return {"summary": outcome.summary}
+
+
+MATHIS_LOSSES = ["0.5%", "1%", "2%", "3%", "5%"]
+MATHIS_DELAYS = {"10ms": 0.020, "25ms": 0.050}
+
+
+def mathis(report: Report, trials: int, workers: Optional[int], progress: bool) -> dict:
+    """Reno and Tahoe against the Mathis et al. (1997) formula."""
+    experiment = Experiment(
+        name="mathis",
+        description="Reno and Tahoe for 60 s on an unconstrained path, random loss on the data direction only.",
+        grid={"cc": ["reno", "tahoe"], "delay": list(MATHIS_DELAYS), "loss_up": MATHIS_LOSSES},
+        fixed={"workload": "bulk", "time": "60s"},
+        trials=trials,
+        seed=1,
+    )
+    outcome = _sweep(report, experiment, workers, progress, "runs (Mathis)")
+    mss_bits = 8 * outcome.rows[0]["payload_size"]
+    table = Table(
+        f"(g) The Mathis check: goodput against (MSS/RTT)·sqrt(3/(2p)) (n={trials})",
+        ["RTT", "loss", "formula (Mbit/s)", "Reno (Mbit/s)", "Reno / formula", "Tahoe (Mbit/s)", "Tahoe / formula"],
+        note=(
+            f"MSS = {mss_bits // 8} payload bytes; no rate limit and no queue limit, random loss on the data direction only, "
+            "so every loss is the formula's p. Mathis et al. derived the formula for Reno's sawtooth; Tahoe, which restarts "
+            "from one packet after every loss, should stay below it. Mean ± 95 % CI."
+        ),
+    )
+    ratios = []
+    for delay, rtt in MATHIS_DELAYS.items():
+        for loss in MATHIS_LOSSES:
+            p = plot.condition_value(loss) / 100
+            formula = mss_bits / rtt * math.sqrt(3 / (2 * p))
+            reno = _by(outcome.summary, cc="reno", delay=delay, **{"loss-up": loss})
+            tahoe = _by(outcome.summary, cc="tahoe", delay=delay, **{"loss-up": loss})
+            table.add(f"{rtt * 1000:g} ms", loss, f"{formula / 1e6:.2f}",
+                      _pm(reno["goodput_bps_mean"] / 1e6, reno["goodput_bps_ci95"] / 1e6, 2), f"{reno['goodput_bps_mean'] / formula:.2f}",
+                      _pm(tahoe["goodput_bps_mean"] / 1e6, tahoe["goodput_bps_ci95"] / 1e6, 2), f"{tahoe['goodput_bps_mean'] / formula:.2f}")
+            for cc, r in (("reno", reno), ("tahoe", tahoe)):
+                ratios.append({"series": f"{cc}, RTT {rtt * 1000:g} ms", "loss": loss,
+                               "goodput_over_formula_mean": r["goodput_bps_mean"] / formula,
+                               "goodput_over_formula_ci95": r["goodput_bps_ci95"] / formula})
+    _say()
+    _say(table.text())
+    parts = report.section("(g) The Mathis check")
+    parts.append(table.html())
+    fig = plot.metric_vs_condition(ratios, "loss", "goodput_over_formula", variant="series", ylabel="goodput / Mathis formula",
+                                   title="Reno and Tahoe against the Mathis formula", reference={"formula": {l: 1.0 for l in MATHIS_LOSSES}})
+    report.figure(parts, fig, "mathis", "Goodput over the Mathis formula's prediction against the loss rate (1 = the formula)")
+    return {"summary": outcome.summary}
+
+
 def run_demo(out: os.PathLike = "fencepost-report", trials: int = 5, workers: Optional[int] = None, progress: bool = True) -> Path:
     """Runs the experiments, prints their tables and writes the report; returns report.html's path."""
     started = time.monotonic()
@@ -405,7 +611,10 @@ def run_demo(out: os.PathLike = "fencepost-report", trials: int = 5, workers: Op
     sliding_fence(report, "default", trials, workers, progress)
     thermal(report, trials, workers, progress)
     notebook(report, trials, workers, progress)
-    loss_per_controller(report, trials, workers, progress)
+    by_loss = loss_per_controller(report, trials, workers, progress)
+    competing_senders(report, trials, workers, progress)
+    fairness_matrix(report, trials, workers, progress, alone=by_loss["summary"])
+    mathis(report, trials, workers, progress)
     path = report.write(time.monotonic() - started)
     _say()
     _say(f"report: {path.resolve()} ({len(report.plots)} plots, PNG and SVG, in {(out / 'plots').resolve()})")

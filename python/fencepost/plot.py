@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Mapping, Optional, Sequence, Union
 
 from matplotlib.figure import Figure
 
@@ -188,6 +188,60 @@ def sequence_received(events, side: str = "server", title: Optional[str] = None,
     fig, ax = _figure()
     ax.scatter(df["time"], df["packet_number"], s=3, marker=".", label="data packet received")
     _finish(ax, title or f"sequence numbers received, {side}", "time (s)", "sequence number (packets)", "upper left", 4)
+    return fig
+
+
+def goodput_over_time(runs: Mapping[str, Any], interval_s: float, title: Optional[str] = None,
+                      ends: Optional[Mapping[str, float]] = None) -> Figure:
+    """Each flow's goodput over time, one panel per run. ``runs`` maps a panel title
+    to a simulated result recorded with ``series`` = ``interval_s`` (its flows'
+    ``goodput_series_bps``); ``ends`` may give a panel's last time (say, when its
+    senders stopped writing: after that a repaired hole can release seconds of
+    buffered data in one interval)."""
+    fig = Figure(figsize=(8, 2.2 * len(runs) + 0.6), layout="constrained")
+    axes = fig.subplots(len(runs), 1, sharex=True, squeeze=False)[:, 0]
+    for ax, (panel, result) in zip(axes, runs.items()):
+        end = (ends or {}).get(panel)
+        for flow in result.flows:
+            series = list(flow.goodput_series_bps)
+            if not series:
+                raise ValueError(f"{panel}: flow {flow.flow} has no goodput series (run with series={interval_s:g}s)")
+            # Value i covers the interval ending at (i + 1) * interval_s.
+            points = [(interval_s * (i + 1), v * 1e-6) for i, v in enumerate(series) if end is None or interval_s * (i + 1) <= end + 1e-9]
+            ax.step([t for t, _ in points], [v for _, v in points], where="pre", linewidth=1.1, label=f"flow {flow.flow}: {flow.cc}")
+        ax.set_ylim(bottom=0)
+        _finish(ax, panel, "time (s)" if ax is axes[-1] else "", "goodput (Mbit/s)", "upper right")
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def share_matrix(matrices: Mapping[str, Mapping[tuple, tuple]], order: Sequence[str], title: Optional[str] = None) -> Figure:
+    """Fairness matrices side by side: cell (row, column) is the row controller's share
+    of the two flows' goodput (colour, %) and the run's Jain index, from
+    ``{panel: {(row, column): (share, jain)}}``; missing cells stay blank."""
+    import numpy as np
+
+    fig = Figure(figsize=(5.2 * len(matrices), 4.8), layout="constrained")
+    axes = fig.subplots(1, len(matrices), squeeze=False)[0]
+    image = None
+    for ax, (panel, cells) in zip(axes, matrices.items()):
+        grid = np.full((len(order), len(order)), np.nan)
+        for (row, column), (share, jain) in cells.items():
+            i, j = order.index(row), order.index(column)
+            grid[i, j] = 100 * share
+            colour = "white" if abs(share - 0.5) > 0.3 else "black"  # readable on the dark ends of the scale
+            ax.text(j, i, f"{100 * share:.0f}%\nJ {jain:.2f}", ha="center", va="center", fontsize=7, color=colour)
+        image = ax.imshow(grid, cmap="RdBu", vmin=0, vmax=100)
+        ax.set_xticks(range(len(order)), list(order), rotation=35, ha="right", fontsize=8)
+        ax.set_yticks(range(len(order)), list(order), fontsize=8)
+        ax.set_xlabel("against (flow 2)")
+        ax.set_ylabel("controller (flow 1)")
+        ax.set_title(panel)
+    if image is not None:
+        fig.colorbar(image, ax=list(axes), label="row controller's share of goodput (%)", shrink=0.8)
+    if title:
+        fig.suptitle(title)
     return fig
 
 

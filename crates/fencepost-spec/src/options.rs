@@ -165,7 +165,7 @@ pub static OPTIONS: &[OptionSpec] = &[
         choices: &["fence", "window"],
         ..option("arq", Scope::Transport, Kind::Choice, "fence|window", "fence", "loss recovery: fence (resend only holes) or window (cumulative acks only)", ALL)
     }),
-    per_flow(option("cc", Scope::Transport, Kind::Spec, "CC", "", "congestion control: none[:window=N,rate=R,pacing=on|off] (a fixed window), tahoe[:iw=N,ssthresh=N,pacing=on|off], reno[...] (NewReno) or cubic[:iw=N,pacing=on|off,hystart=on|off] (default: the profile's)", ALL)),
+    per_flow(option("cc", Scope::Transport, Kind::Spec, "CC", "", "congestion control: none[:window=N,rate=R,pacing=on|off] (a fixed window), tahoe[:iw=N,ssthresh=N,pacing=on|off], reno[...] (NewReno), cubic[:iw=N,pacing=on|off,hystart=on|off], bbr[:iw=N] (BBR v1), tolerant[:iw=N] (fencepost's loss-tolerant controller) or python:FILE:CLASS (a fencepost.Controller subclass) (default: the profile's; tolerant in the default profile)", ALL)),
     per_flow(option("packet-size", Scope::Transport, Kind::Size, "BYTES", "", "data payload per packet (default: the profile's; 256 in seed, 1458 in default)", ALL)),
     per_flow(option("idle-timeout", Scope::Transport, Kind::Duration, "DURATION", "", "end a connection after this long without hearing from the peer (default: the profile's; 100ms in seed, 30s in default)", ALL)),
     // ---- run ----

@@ -24,7 +24,7 @@
 //! of a recovery episode (packet conservation) and falls to one packet on a
 //! retransmission timeout.
 //!
-//! `tolerant` differs from `bbr` in three ways, all about loss:
+//! `tolerant` differs from `bbr` in four ways, three about loss, one about delay:
 //! 1. **Loss is not a congestion signal by itself.** Recovery keeps the window
 //!    and the pacing rate; a timeout lowers the window to four packets until
 //!    the next acknowledgement, then the model's window returns.
@@ -40,9 +40,20 @@
 //!    so it is never forgiven: a sender too fast for a shallow queue sees its
 //!    0.75 round lose more, which lowers the corrected samples by a quarter
 //!    each cycle until the 0.75 round is below the bottleneck again.
-//! 3. **A probe ends when the queue shows.** The 1.25 round also ends once the
-//!    RTT is a quarter above its minimum or after two minimum RTTs, because
-//!    under loss the in-flight count it waits for may never be reached.
+//! 3. **A probe ends when the queue shows.** The 1.25 round has at most half
+//!    the queueing target beyond one bandwidth-delay product in flight, and
+//!    also ends once the RTT has risen by half the target or after two round
+//!    trips, because under loss the in-flight count it waits for may never be
+//!    reached.
+//! 4. **Delay that varies is not a queue.** The mean difference between
+//!    consecutive RTT samples (RFC 3550's jitter) widens the round trip that
+//!    windows and phases are sized by, and is discounted before a round's
+//!    smallest RTT reads as a standing queue.
+//!
+//! And its ProbeRTT keeps half the bandwidth-delay product in flight (BBRv3's
+//! window), not four packets, which under heavy loss starve loss detection.
+//!
+//! docs/congestion.md has the state machine, the parameters and measurements.
 
 use super::{AckBatch, Controller, Pacer, RateSample, SentPacket};
 use crate::rtt::RttEstimator;
@@ -62,6 +73,8 @@ const MIN_RTT_WINDOW: Duration = Duration::from_secs(10);
 const PROBE_RTT_DURATION: Duration = Duration::from_millis(200);
 /// The smallest window, in packets, that keeps acks flowing with delayed acks.
 const MIN_PIPE_PACKETS: u64 = 4;
+/// `tolerant`'s window in ProbeRTT, in bandwidth-delay products (BBRv3's).
+const PROBE_RTT_CWND_GAIN: f64 = 0.5;
 /// Startup ends after this many rounds in which the bandwidth grew by less than 25 %.
 const FULL_BW_GROWTH: f64 = 1.25;
 const FULL_BW_ROUNDS: u32 = 3;
@@ -374,6 +387,15 @@ impl Bbr {
         MIN_PIPE_PACKETS * self.mss
     }
 
+    /// The window in ProbeRTT: four packets for `bbr` (v1); half the bandwidth-delay
+    /// product for `tolerant`, as BBRv3 does. Under heavy loss four packets starve loss
+    /// detection: the lost ones count as in flight until acks that four packets rarely
+    /// bring, so ProbeRTT never drains and the stream waits on retransmission timeouts
+    /// (a 7.7 s stall at 50 % loss each way before this). Half the product still empties the queue.
+    fn probe_rtt_cwnd(&self) -> u64 {
+        if self.tolerant() { self.inflight(PROBE_RTT_CWND_GAIN).max(self.min_pipe_cwnd()) } else { self.min_pipe_cwnd() }
+    }
+
     /// Remembers the window to come back to; inside recovery or ProbeRTT the window is
     /// already lowered, so the larger of it and what was saved before is kept.
     fn save_cwnd(&mut self, in_recovery: bool) {
@@ -570,7 +592,7 @@ impl Bbr {
             return;
         }
         match self.probe_rtt_done {
-            None if batch.bytes_in_flight <= self.min_pipe_cwnd() => {
+            None if batch.bytes_in_flight <= self.probe_rtt_cwnd() => {
                 self.probe_rtt_done = Some(now + PROBE_RTT_DURATION);
                 self.probe_rtt_round_done = false;
                 self.next_round_delivered = batch.delivered;
@@ -642,7 +664,7 @@ impl Bbr {
         }
         self.cwnd = self.cwnd.max(self.min_pipe_cwnd());
         if self.mode == Mode::ProbeRtt {
-            self.cwnd = self.cwnd.min(self.min_pipe_cwnd());
+            self.cwnd = self.cwnd.min(self.probe_rtt_cwnd());
         }
     }
 }
