@@ -532,7 +532,8 @@ def fairness_matrix(report: Report, trials: int, workers: Optional[int], progres
             total = r["flow1_goodput_bps_mean"] + r["flow2_goodput_bps_mean"]
             share = r["flow1_goodput_bps_mean"] / total if total else math.nan
             cells[(a, b)] = (share, r["jain_index_mean"], r.get("failed", 0))
-            cells[(b, a)] = (1 - share, r["jain_index_mean"], r.get("failed", 0))
+            if a != b:  # a controller against itself: the cell is flow 1's share, as the note says
+                cells[(b, a)] = (1 - share, r["jain_index_mean"], r.get("failed", 0))
         for a in CONTROLLERS:
             row = []
             for b in CONTROLLERS:
