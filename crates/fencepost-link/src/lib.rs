@@ -121,6 +121,8 @@ pub enum LinkEventKind {
     BlackoutDropped,
     /// A duplicate made on entry (its own `id`; an `Enqueued` or `QueueDropped` follows).
     Duplicated,
+    /// Left the bottleneck (its queueing delay ends here; propagation follows).
+    Departed,
     /// Handed to the receiver.
     Delivered,
 }
@@ -199,6 +201,13 @@ enum Bottleneck<P> {
         /// The packet partly carried by earlier opportunities and its bytes still to go.
         current: Option<(Queued<P>, i64)>,
     },
+}
+
+/// A packet leaving the link.
+pub struct Delivery<P> {
+    pub packet: P,
+    /// When the model had it arrive.
+    pub due: Micros,
 }
 
 pub struct Link<P> {
@@ -460,6 +469,7 @@ impl<P: Clone> Link<P> {
     /// The packet left the bottleneck at `left`: add propagation delay and jitter.
     fn put_on_wire(&mut self, left: Micros, item: Queued<P>) {
         self.queue_delay.record(left.saturating_sub(item.admitted));
+        self.record(left, LinkEventKind::Departed, item.id, item.size);
         let mut delay = self.config.delay as i64;
         if self.config.jitter > 0 {
             let j = self.config.jitter as f64;
@@ -554,13 +564,19 @@ impl<P: Clone> Link<P> {
 
     /// The next packet due at `now`, if any.
     pub fn poll_deliver(&mut self, now: Micros) -> Option<P> {
+        self.poll_delivery(now).map(|d| d.packet)
+    }
+
+    /// The next packet due at `now`, with the time it was due (a real-time driver
+    /// hands it on a little later and can measure by how much).
+    pub fn poll_delivery(&mut self, now: Micros) -> Option<Delivery<P>> {
         self.advance(now);
         if self.wire.peek().is_some_and(|Reverse(p)| p.at <= now) {
             let Reverse(p) = self.wire.pop()?;
             self.stats.delivered += 1;
             self.stats.bytes_delivered += p.size as u64;
             self.record(p.at, LinkEventKind::Delivered, p.id, p.size);
-            return Some(p.packet);
+            return Some(Delivery { packet: p.packet, due: p.at });
         }
         None
     }

@@ -36,7 +36,15 @@ pub struct ServedConnection {
     pub packets_received: u64,
     pub retransmissions: u64,
     pub error: Option<String>,
+    /// Bytes read by each multiple of [`SERIES_INTERVAL`] after the connection was accepted
+    /// (so a timed run's goodput can be taken over the sender's time alone).
+    pub delivered_series: Vec<u64>,
+    /// When the last byte was read, seconds after the connection was accepted.
+    pub last_byte_s: f64,
 }
+
+/// The spacing of [`ServedConnection::delivered_series`].
+pub const SERIES_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Serves every incoming connection until the endpoint stops: a sink that
 /// answers with a receipt, or (`echo`) an echo. Each connection's account goes to `report`.
@@ -56,13 +64,21 @@ async fn serve_one(mut conn: Connection, echo: bool) -> ServedConnection {
     let mut hash = Sha256::new();
     let mut bytes = 0u64;
     let mut buf = vec![0u8; 256 * 1024];
+    let mut series = Vec::new();
+    let mut last_byte_s = 0.0;
     let result: Result<(), std::io::Error> = async {
         loop {
             let n = conn.read(&mut buf).await?;
+            // Boundaries passed while waiting for this read saw the count before it.
+            let boundaries = (started.elapsed().as_micros() / SERIES_INTERVAL.as_micros()) as usize;
+            while series.len() < boundaries {
+                series.push(bytes);
+            }
             if n == 0 {
                 break;
             }
             bytes += n as u64;
+            last_byte_s = started.elapsed().as_secs_f64();
             hash.update(&buf[..n]);
             if echo {
                 conn.write_all(&buf[..n]).await?;
@@ -94,6 +110,8 @@ async fn serve_one(mut conn: Connection, echo: bool) -> ServedConnection {
         packets_received: stats.packets_received,
         retransmissions: stats.retransmissions,
         error: result.err().map(|e| e.to_string()),
+        delivered_series: series,
+        last_byte_s,
     }
 }
 

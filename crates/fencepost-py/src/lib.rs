@@ -4,6 +4,7 @@
 //! `fencepost` turns into its own exception types.
 
 mod controller;
+mod lab;
 mod net;
 
 use fencepost_link::Trace;
@@ -170,6 +171,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<net::PyConnection>()?;
     m.add_class::<net::PyServer>()?;
     m.add_class::<net::PySender>()?;
+    lab::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }
