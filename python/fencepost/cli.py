@@ -145,8 +145,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sweep_parser(subparsers)
     _add_demo_parser(subparsers)
     from ._tools_cli import add_parsers
+    from ._lab_cli import add_parsers as add_lab_parsers
 
     add_parsers(subparsers)
+    add_lab_parsers(subparsers)
     return parser
 
 

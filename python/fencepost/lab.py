@@ -650,3 +650,139 @@ def run_once(lab: Lab, transports: Sequence[FlowTransport], link_pairs: Sequence
         row["emulator"] = e
     row["flows"] = flows
     return row
+
+
+# ---- sweeps of lab runs ----
+
+WORKLOAD_OPTIONS = ("bytes", "time", "messages", "start")
+NOT_IN_LAB = {"scenario": "a scenario file (the lab builds line and dumbbell:N)", "event": "link events",
+              "series": "--series (lab runs always record goodput every 0.1 s)", "timeout": "--timeout",
+              "workload": "--workload (choose --transport echo for the echo benchmark)"}
+
+
+def _is_link_option(name: str) -> bool:
+    base = name[:-3] if name.endswith("-up") else name[:-5] if name.endswith("-down") else name
+    return base in LINK_OPTIONS
+
+
+def split_options(options: Mapping[str, Any], impair: str) -> tuple[list, Workload, list, list]:
+    """Run options as (link pairs, workload, fencepost option pairs, per-flow start times)."""
+    for name in options:
+        if name in NOT_IN_LAB:
+            raise OptionError(name, f"the lab does not take {NOT_IN_LAB[name]}")
+    link = {k: v for k, v in options.items() if _is_link_option(k)}
+    if impair == "iptables" and not any(k in link for k in ("delay", "delay-up", "delay-down")):
+        link["delay"] = "0"  # the simulator's default delay cannot be had without an emulator
+    link_pairs = normalize_options(link)
+    describe_link(link_pairs)  # errors name the option
+    given = {k: v for k, v in options.items() if k in WORKLOAD_OPTIONS}
+    if "bytes" in given and "time" in given:
+        raise OptionError("time", "give either --bytes or --time, not both")
+    w = Workload()
+    pairs = dict(normalize_options(given))
+    try:
+        checked = dict(_core.check_options("sim", list(pairs.items())))
+    except ValueError as exc:
+        raise option_error_from_native(exc) from None
+    if "time" in pairs:
+        w.seconds = _seconds(pairs["time"], "time")
+    else:
+        w.bytes = _bytes(checked["bytes"])
+    w.messages = int(checked["messages"])
+    starts_raw = options.get("start", [])
+    starts = [_seconds(str(s), "start") for s in (starts_raw if isinstance(starts_raw, (list, tuple)) else [starts_raw])]
+    for k in FENCEPOST_OPTIONS:
+        if isinstance(options.get(k), (list, tuple)):
+            raise OptionError(k, "the lab applies --{k} to every fencepost flow; for one value per flow, join transports with & (fencepost+cc=bbr&fencepost+cc=tolerant)".replace("{k}", k))
+    fencepost = normalize_options({k: v for k, v in options.items() if k in FENCEPOST_OPTIONS})
+    return link_pairs, w, fencepost, starts
+
+
+def _seconds(text: str, option: str) -> float:
+    try:
+        return _core.parse_quantity(option, "duration", text)
+    except ValueError as exc:
+        raise option_error_from_native(exc) from None
+
+
+def _bytes(text: str) -> int:
+    try:
+        return int(_core.parse_quantity("bytes", "bytes", text))
+    except ValueError as exc:
+        raise option_error_from_native(exc) from None
+
+
+def _flatten(row: Mapping[str, Any]) -> dict:
+    return {k: v for k, v in row.items() if not isinstance(v, (list, dict))}
+
+
+def lab_sweep(grid: Mapping[str, Sequence[Any]], fixed: Mapping[str, Any], transports: Sequence[str], trials: int = 5, seed: int = 1,
+              topology: str = "line", impair: str = "emulator", out: Optional[str] = None, progress: bool = True,
+              log_dir: Optional[str] = None) -> tuple[list, list]:
+    """Every transport × every combination of ``grid`` values × ``trials``, one after
+    another on one lab (runs in parallel would share the cores and skew each other).
+    Returns (rows, summary) shaped like a simulated sweep's; with ``out``, writes
+    runs.jsonl (full records), runs.csv and summary.csv there, and resumes from runs.jsonl."""
+    from .sweep import Progress, _write_csv, summarize
+
+    _, pairs = parse_topology(topology)
+    keys = list(grid)
+    conditions = [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))] or [{}]
+    plans = []
+    for transport in transports:
+        flows = parse_transport(transport, len(pairs))
+        for condition in conditions:
+            options = {**fixed, **condition}
+            link_pairs, w, fp_opts, starts = split_options(options, impair)
+            for trial in range(trials):
+                key_src = json.dumps([topology, impair, transport, sorted((k, str(v)) for k, v in options.items()), seed + trial])
+                key = __import__("hashlib").sha256(key_src.encode()).hexdigest()[:16]
+                merged = [FlowTransport(f.kind, tuple(fp_opts) + f.options, f.cc) if f.kind != "tcp" else f for f in flows]
+                plans.append((key, transport, condition, trial, merged, link_pairs, w, starts))
+    done: dict[str, dict] = {}
+    out_dir = Path(out) if out else None
+    runs_path = None
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        runs_path = out_dir / "runs.jsonl"
+        if runs_path.exists():
+            for line in runs_path.read_text(encoding="utf-8").splitlines():
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                done[record.get("key")] = record
+    todo = [p for p in plans if p[0] not in done]
+    bar = Progress(len(plans), label="lab runs", enabled=progress)
+    bar.done = len(plans) - len(todo)
+    try:
+        if todo:
+            with Lab(topology, impair) as lab:
+                for key, transport, condition, trial, flows, link_pairs, w, starts in todo:
+                    log = str(Path(log_dir) / f"{key}.log") if log_dir else None
+                    try:
+                        row = run_once(lab, flows, link_pairs, w, seed=seed + trial, starts=starts, log=log)
+                    except LabError as exc:
+                        # A run that could not be carried out is a failed row, shown and counted.
+                        row = {"mode": "lab", "impair": impair, "topology": topology, "status": "failed", "integrity_ok": False, "error": str(exc)}
+                    record = {**row, "transport": transport, **{k: _condition_text(v) for k, v in condition.items()}, "trial": trial, "key": key}
+                    done[key] = record
+                    if runs_path is not None:
+                        with open(runs_path, "a", encoding="utf-8") as f:
+                            f.write(json.dumps(record) + "\n")
+                    bar.advance()
+    finally:
+        bar.close()
+    rows = [done[p[0]] for p in plans if p[0] in done]
+    flat = [_flatten(r) for r in rows]
+    summary = summarize(flat, ["transport", *keys])
+    if out_dir is not None:
+        _write_csv(out_dir / "runs.csv", flat)
+        _write_csv(out_dir / "summary.csv", summary)
+    return rows, summary
+
+
+def _condition_text(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return ";".join(str(v) for v in value)
+    return str(value)

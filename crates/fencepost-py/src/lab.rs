@@ -92,6 +92,22 @@ fn lab_link(options: Vec<(String, String)>) -> PyResult<String> {
     Ok(serde_json::json!({"up": describe(&up), "down": describe(&down)}).to_string())
 }
 
+/// A value in the options' notation as a number, by the one unit parser:
+/// `duration` in seconds, `bytes`, `rate` in bit/s, `probability` as a fraction.
+/// Raises `ValueError(option, message)`.
+#[pyfunction]
+fn parse_quantity(option: &str, kind: &str, text: &str) -> PyResult<f64> {
+    use fencepost_spec::units;
+    let fail = |e: units::UnitError| PyValueError::new_err((option.to_string(), e.0));
+    match kind {
+        "duration" => units::parse_duration(text).map(|us| us as f64 / 1e6).map_err(fail),
+        "bytes" => units::parse_bytes(text).map(|b| b as f64).map_err(fail),
+        "rate" => units::parse_rate(text).map(|b| b as f64).map_err(fail),
+        "probability" => units::parse_probability(text).map_err(fail),
+        other => Err(PyValueError::new_err((option.to_string(), format!("{other:?} is not a kind; accepted: duration, bytes, rate, probability")))),
+    }
+}
+
 /// Turns segmentation, aggregation and checksum offloads off on `iface` inside network namespace `netns`.
 #[pyfunction]
 fn lab_offloads_off(py: Python<'_>, netns: String, iface: String) -> PyResult<()> {
@@ -141,6 +157,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(lab_emulate, m)?)?;
     m.add_function(wrap_pyfunction!(lab_offloads_off, m)?)?;
     m.add_function(wrap_pyfunction!(lab_link, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_quantity, m)?)?;
     m.add_function(wrap_pyfunction!(lab_tcp_send, m)?)?;
     m.add_function(wrap_pyfunction!(lab_tcp_sink, m)?)?;
     Ok(())
