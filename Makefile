@@ -6,7 +6,7 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.deps-installed
 
-.PHONY: all build demo test test-rust test-python bench clean
+.PHONY: all build demo test test-rust test-python bench clean lab-deps
 
 all: build
 
@@ -24,7 +24,20 @@ build: $(STAMP)
 demo: build
 	$(VENV)/bin/fencepost demo
 
-test: build test-rust test-python
+test: build lab-deps test-rust test-python
+
+# The lab's tools (`fencepost lab`, tests/test_lab.py): iproute2 builds namespaces, iptables is
+# the seed article's impairment, iperf3 and ping measure the emulator. Installed from Debian's
+# packages when running as root and missing; elsewhere the lab tests say what is missing.
+LAB_TOOLS := ip:iproute2 iptables:iptables iperf3:iperf3 ping:iputils-ping
+lab-deps:
+	@missing=""; for pair in $(LAB_TOOLS); do cmd=$${pair%%:*}; pkg=$${pair##*:}; \
+	  command -v $$cmd >/dev/null 2>&1 || missing="$$missing $$pkg"; done; \
+	if [ -z "$$missing" ]; then echo "lab tools present"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing lab tools:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	else echo "lab tools missing:$$missing (install them as root to run the lab and its tests)"; fi
 
 test-rust:
 	cargo test --workspace

@@ -378,6 +378,21 @@ class Lab:
         (STATE_DIR / f"{self.id}.json").unlink(missing_ok=True)
 
     # ---- impairment ----
+    def impair_link(self, link_pairs: Sequence[tuple[str, str]], seed: int = 1, log: Optional[str] = None) -> Optional[Process]:
+        """Puts the link the options describe between the two sides: starts the emulator
+        (returned; stop it to get its account as JSON on stdout) or sets iptables and tbf."""
+        link = describe_link(link_pairs)
+        if self.impair == "iptables":
+            check_iptables_link(link)
+            self.impair_iptables(link)
+            return None
+        up_in, down_in = self.emulator_interfaces()
+        emulator = self.spawn("router", [sys.executable, "-m", "fencepost._lab_agent", "emulate", "--up-in", up_in, "--down-in", down_in,
+                                         "--seed", str(seed), "--options", json.dumps(list(link_pairs))] + (["--log", log] if log else []),
+                              label="emulator")
+        emulator.wait_ready()
+        return emulator
+
     def impair_iptables(self, link: Mapping[str, Any]) -> None:
         """The seed article's method at the router: statistic-match drop, tbf rate.
         ``link`` is :func:`describe_link`'s view of the link options."""
@@ -572,17 +587,7 @@ def run_once(lab: Lab, transports: Sequence[FlowTransport], link_pairs: Sequence
     """One run on a built lab: impair the middle, start the servers, start each client at
     its start time, wait for every client, and return the run as a row (flow 1's figures at
     the top, every flow's in ``flows``, the emulator's account under ``link_up``/``link_down``)."""
-    link = describe_link(link_pairs)
-    emulator = None
-    if lab.impair == "iptables":
-        check_iptables_link(link)
-        lab.impair_iptables(link)
-    else:
-        up_in, down_in = lab.emulator_interfaces()
-        emulator = lab.spawn("router", [sys.executable, "-m", "fencepost._lab_agent", "emulate", "--up-in", up_in, "--down-in", down_in,
-                                        "--seed", str(seed), "--options", json.dumps(list(link_pairs))] + (["--log", log] if log else []),
-                             label="emulator")
-        emulator.wait_ready()
+    emulator = lab.impair_link(link_pairs, seed, log)
     servers, clients = [], []
     try:
         for (client_host, server_host), t in zip(lab.pairs, transports):
