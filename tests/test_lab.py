@@ -121,6 +121,24 @@ def test_bernoulli_loss_and_a_trace_are_what_the_receiver_sees():
             os.unlink(trace_path)
 
 
+def test_corrupted_packets_are_discarded_by_the_receiving_kernel():
+    _need("iperf3")
+    with lab.Lab("line") as L:
+        server = L.spawn("server", ["iperf3", "-s", "-1", "-J", "-B", "10.0.2.1"], label="iperf3 server")
+        time.sleep(0.3)
+        emu = L.impair_link([("delay", "1ms"), ("corrupt-up", "10%")], seed=5)
+        client = subprocess.run(["ip", "netns", "exec", L.ns("client"), "iperf3", "-c", "10.0.2.1", "-u", "-b", "20M", "-l", "500",
+                                 "-k", "20000", "-J"], capture_output=True, text=True, timeout=60)
+        assert client.returncode == 0, client.stdout[-800:]
+        server.finish(30)
+        report = _stop_json(emu)
+    received = json.loads("\n".join(server.stdout))["end"]["sum"]
+    up = report["up"]["stats"]
+    # The emulator flipped a bit in a tenth of the packets it handed on; the server's checksums threw those away.
+    assert abs(up["corrupted"] / up["delivered"] - 0.10) < 0.015, up
+    assert abs(received["lost_packets"] / received["packets"] - 0.10) < 0.015, received
+
+
 @pytest.mark.parametrize("impair", ["emulator", "iptables"])
 def test_every_transport_crosses_a_lossy_lab_link(impair):
     _need("iptables")
@@ -155,25 +173,42 @@ def test_two_flows_share_a_dumbbell():
     assert row["flow2_goodput_bps"] == flows[1]["goodput_bps"] and 0 < row["jain_index"] <= 1
 
 
-def _lab_processes() -> set[int]:
-    out = subprocess.run(["pgrep", "-f", "fencepost._lab_agent|fencepost.cli serve|fencepost.cli send"], capture_output=True, text=True).stdout
-    return {int(p) for p in out.split()}
+def _processes_in(names: list[str]) -> set[int]:
+    pids = set()
+    for name in names:
+        out = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True).stdout
+        pids |= {int(p) for p in out.split()}
+    return pids
+
+
+def _alive(pids: set[int]) -> set[int]:
+    # A zombie has exited; only its parent's bookkeeping is left.
+    alive = set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if state != "Z":
+            alive.add(pid)
+    return alive
 
 
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
 def test_a_killed_lab_run_leaves_nothing_behind(how, tmp_path):
     links_before = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout.count("\n")
-    before = _lab_processes()
     run = subprocess.Popen([sys.executable, "-m", "fencepost.cli", "lab", "run", "--time", "30s", "--rate", "20mbit", "--quiet",
                             "--transport", "tcp:cubic"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     prefix = f"{lab.PREFIX}{run.pid:x}"
     try:
         deadline = time.monotonic() + 30
-        # Mid-way: the namespaces are up and the transfer is running.
-        while time.monotonic() < deadline and not (_our_namespaces(prefix) and _lab_processes() - before):
+        # Mid-way: the namespaces are up and the emulator, the sink and the sender are running.
+        while time.monotonic() < deadline and len(_processes_in(_our_namespaces(prefix))) < 3:
             time.sleep(0.2)
-        assert _our_namespaces(prefix), run.stderr.read1(4000) if run.poll() is not None else "no namespaces appeared"
         time.sleep(2)
+        inside = _processes_in(_our_namespaces(prefix))
+        assert len(inside) >= 3, run.stderr.read1(4000) if run.poll() is not None else f"processes in the lab: {inside}"
         run.send_signal(signal.SIGTERM if how == "SIGTERM" else signal.SIGKILL)
         run.wait(timeout=30)
         if how == "SIGKILL":
@@ -184,7 +219,8 @@ def test_a_killed_lab_run_leaves_nothing_behind(how, tmp_path):
         else:
             assert run.returncode == 130
         assert _our_namespaces(prefix) == []
-        assert _lab_processes() - before == set()
+        time.sleep(0.2)
+        assert _alive(inside) == set()
         assert subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout.count("\n") == links_before
     finally:
         if run.poll() is None:

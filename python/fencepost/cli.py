@@ -62,6 +62,9 @@ def _add_demo_parser(subparsers) -> None:
     p.add_argument("--trials", metavar="N", type=_positive_int("--trials"), default=5, help="trials per condition (default 5)")
     p.add_argument("--workers", metavar="N", type=_positive_int("--workers"), help="parallel workers (default: one per core)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--lab", action="store_true",
+                   help="also run THERMAL and the sliding-fence benchmark on real network namespaces, beside the simulated tables "
+                        "(needs root; about an hour at 5 trials)")
     p.set_defaults(handler=_cmd_demo)
 
 
@@ -127,7 +130,11 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     matplotlib.use("Agg")
     from .demo import run_demo
 
-    run_demo(out=args.out, trials=args.trials, workers=args.workers, progress=not args.quiet)
+    if args.lab:
+        from .lab import require_root
+
+        require_root()  # before an hour of simulations, not after
+    run_demo(out=args.out, trials=args.trials, workers=args.workers, progress=not args.quiet, lab=args.lab)
     return 0
 
 

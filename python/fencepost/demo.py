@@ -600,22 +600,26 @@ def mathis(report: Report, trials: int, workers: Optional[int], progress: bool) 
     return {"summary": outcome.summary}
 
 
-def run_demo(out: os.PathLike = "fencepost-report", trials: int = 5, workers: Optional[int] = None, progress: bool = True) -> Path:
-    """Runs the experiments, prints their tables and writes the report; returns report.html's path."""
+def run_demo(out: os.PathLike = "fencepost-report", trials: int = 5, workers: Optional[int] = None, progress: bool = True, lab: bool = False) -> Path:
+    """Runs the experiments, prints their tables and writes the report; returns report.html's path.
+    With ``lab`` (root), also THERMAL and the sliding fence on real namespaces."""
     started = time.monotonic()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     report = Report(out)
     _say(f"fencepost demo: the seed experiments in simulation, {trials} trials each, on {workers or os.cpu_count()} workers")
     _say(f"report folder: {out.resolve()}")
-    sliding_fence(report, "seed", trials, workers, progress)
-    sliding_fence(report, "default", trials, workers, progress)
+    fence = {profile: sliding_fence(report, profile, trials, workers, progress)["summary"] for profile in ("seed", "default")}
     thermal(report, trials, workers, progress)
     notebook(report, trials, workers, progress)
     by_loss = loss_per_controller(report, trials, workers, progress)
     competing_senders(report, trials, workers, progress)
     fairness_matrix(report, trials, workers, progress, alone=by_loss["summary"])
     mathis(report, trials, workers, progress)
+    if lab:
+        from .demo_lab import run_lab
+
+        run_lab(report, trials, progress, sim=fence)
     path = report.write(time.monotonic() - started)
     _say()
     _say(f"report: {path.resolve()} ({len(report.plots)} plots, PNG and SVG, in {(out / 'plots').resolve()})")

@@ -47,7 +47,8 @@ READY = "fencepost-lab: ready"
 SERIES_INTERVAL_S = 0.1
 SERVER_PORT = 5201
 # Link options the emulator understands; everything the simulator calls a link option but events.
-LINK_OPTIONS = ("delay", "jitter", "keep-order", "loss", "loss-model", "rate", "trace", "queue", "dup")
+LINK_OPTIONS = ("delay", "jitter", "jitter-dist", "jitter-corr", "keep-order", "loss", "loss-model", "loss-position", "rate", "trace",
+                "queue", "dup", "corrupt")
 FENCEPOST_OPTIONS = ("profile", "arq", "cc", "packet-size", "idle-timeout")
 IMPAIRMENTS = ("emulator", "iptables")
 TCP_CONTROLLERS_HINT = "/proc/sys/net/ipv4/tcp_available_congestion_control"
@@ -437,6 +438,10 @@ def check_iptables_link(link: Mapping[str, Any]) -> None:
             unsupported.append("a trace")
         if d["dup"]:
             unsupported.append("duplication")
+        if d["corrupt"]:
+            unsupported.append("corruption")
+        if d["loss_after_bottleneck"] and d["loss"]["mean"]:
+            unsupported.append("loss after the bottleneck (iptables drops before tbf)")
         if unsupported:
             raise OptionError("impair", f"iptables cannot emulate {', '.join(unsupported)} ({name} direction); use --impair emulator")
 

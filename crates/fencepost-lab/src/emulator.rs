@@ -155,7 +155,15 @@ pub fn run(spec: EmulatorSpec, stop: &AtomicBool, ready: impl FnOnce()) -> io::R
         for i in 0..2 {
             let now = now_us(start);
             while let Some(delivery) = sides[i].link.poll_delivery(now) {
-                let frame = delivery.packet;
+                let mut frame = delivery.packet;
+                if let Some(at) = delivery.corrupt {
+                    // One bit of the IP packet: the receiving kernel's checksums decide what becomes of it.
+                    let bits = ((frame.len() - ETHERNET_HEADER) * 8) as u64;
+                    if bits > 0 {
+                        let bit = ETHERNET_HEADER * 8 + (at % bits) as usize;
+                        frame[bit / 8] ^= 1 << (bit % 8);
+                    }
+                }
                 let late = now.saturating_sub(delivery.due);
                 let side = &mut sides[i];
                 side.lateness.record(late);

@@ -7,9 +7,12 @@
 //! 1. **loss** on entry (Bernoulli or Gilbert–Elliott), then **duplication**;
 //! 2. a **droptail queue**, limited in bytes or packets;
 //! 3. the **bottleneck**: unlimited, a constant rate, or a mahimahi trace with
-//!    mahimahi's exact semantics (see [`trace`]);
-//! 4. **propagation delay** plus uniform **jitter**, which may reorder packets
-//!    unless `keep_order` is set.
+//!    mahimahi's exact semantics (see [`trace`]); loss may be placed here
+//!    instead of on entry ([`LossPosition::AfterBottleneck`]);
+//! 4. **propagation delay** plus **jitter** (uniform or normal, optionally
+//!    correlated from packet to packet), which may reorder packets unless
+//!    `keep_order` is set; and **corruption**, which marks a packet for the
+//!    driver to flip one bit of.
 //!
 //! The same model is driven in virtual time by the simulator and in real time
 //! by the emulator, so both see the same link.
@@ -64,6 +67,26 @@ impl LossModel {
     }
 }
 
+/// How a packet's delay varies around the propagation delay.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum JitterDistribution {
+    /// Uniform in `[-jitter, +jitter]`.
+    #[default]
+    Uniform,
+    /// Normal with standard deviation `jitter` (cut at ±4 σ).
+    Normal,
+}
+
+/// Where random loss meets a packet.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LossPosition {
+    /// On entry, before the queue: a lost packet takes no capacity (iptables at a router).
+    #[default]
+    BeforeQueue,
+    /// After the bottleneck: a lost packet has used its share of the link (loss on the wire).
+    AfterBottleneck,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum Bandwidth {
     Unlimited,
@@ -84,13 +107,20 @@ pub enum QueueLimit {
 pub struct LinkConfig {
     /// One-way propagation delay.
     pub delay: Micros,
-    /// Each packet's delay is `delay` plus a uniform value in `[-jitter, +jitter]`, never below zero.
+    /// Each packet's delay is `delay` plus a variation drawn from `jitter_distribution`
+    /// with scale `jitter`, never below zero.
     pub jitter: Micros,
+    pub jitter_distribution: JitterDistribution,
+    /// netem-style correlation: each variation is `c × last + (1 − c) × fresh`.
+    pub jitter_correlation: f64,
     /// Jitter never reorders: a packet is not delivered before the one ahead of it.
     pub keep_order: bool,
     pub loss: LossModel,
+    pub loss_position: LossPosition,
     /// Probability that a packet is duplicated on entry.
     pub duplicate: f64,
+    /// Probability that a delivered packet has one bit flipped.
+    pub corrupt: f64,
     pub bandwidth: Bandwidth,
     pub queue: QueueLimit,
 }
@@ -100,9 +130,13 @@ impl Default for LinkConfig {
         LinkConfig {
             delay: 0,
             jitter: 0,
+            jitter_distribution: JitterDistribution::Uniform,
+            jitter_correlation: 0.0,
             keep_order: false,
             loss: LossModel::None,
+            loss_position: LossPosition::BeforeQueue,
             duplicate: 0.0,
+            corrupt: 0.0,
             bandwidth: Bandwidth::Unlimited,
             queue: QueueLimit::Unlimited,
         }
@@ -148,6 +182,8 @@ pub struct LinkStats {
     pub duplicated: u64,
     pub delivered: u64,
     pub bytes_delivered: u64,
+    /// Delivered with one bit flipped.
+    pub corrupted: u64,
 }
 
 struct Queued<P> {
@@ -165,6 +201,7 @@ struct InFlight<P> {
     id: u64,
     size: usize,
     packet: P,
+    corrupt: Option<u64>,
 }
 
 impl<P> PartialEq for InFlight<P> {
@@ -208,6 +245,8 @@ pub struct Delivery<P> {
     pub packet: P,
     /// When the model had it arrive.
     pub due: Micros,
+    /// Flip one bit: this number modulo the packet's length in bits says which.
+    pub corrupt: Option<u64>,
 }
 
 pub struct Link<P> {
@@ -219,6 +258,8 @@ pub struct Link<P> {
     bottleneck: Bottleneck<P>,
     wire: BinaryHeap<Reverse<InFlight<P>>>,
     last_delivery_at: Micros,
+    /// The last packet's delay variation, in units of `jitter` (for correlation).
+    last_variation: f64,
     next_id: u64,
     next_order: u64,
     stats: LinkStats,
@@ -250,6 +291,7 @@ impl<P: Clone> Link<P> {
             bottleneck,
             wire: BinaryHeap::new(),
             last_delivery_at: 0,
+            last_variation: 0.0,
             next_id: 0,
             next_order: 0,
             stats: LinkStats::default(),
@@ -383,6 +425,13 @@ impl<P: Clone> Link<P> {
         (self.rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 
+    /// Box–Muller: one standard normal value.
+    fn standard_normal(&mut self) -> f64 {
+        let u1 = self.uniform().max(f64::MIN_POSITIVE);
+        let u2 = self.uniform();
+        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+    }
+
     fn chance(&mut self, p: f64) -> bool {
         p > 0.0 && (p >= 1.0 || self.uniform() < p)
     }
@@ -413,7 +462,7 @@ impl<P: Clone> Link<P> {
             self.record(now, LinkEventKind::BlackoutDropped, id, size);
             return;
         }
-        if self.draw_loss() {
+        if self.config.loss_position == LossPosition::BeforeQueue && self.draw_loss() {
             self.stats.lost += 1;
             self.record(now, LinkEventKind::Lost, id, size);
             return;
@@ -470,11 +519,23 @@ impl<P: Clone> Link<P> {
     fn put_on_wire(&mut self, left: Micros, item: Queued<P>) {
         self.queue_delay.record(left.saturating_sub(item.admitted));
         self.record(left, LinkEventKind::Departed, item.id, item.size);
+        if self.config.loss_position == LossPosition::AfterBottleneck && self.draw_loss() {
+            self.stats.lost += 1;
+            self.record(left, LinkEventKind::Lost, item.id, item.size);
+            return;
+        }
         let mut delay = self.config.delay as i64;
         if self.config.jitter > 0 {
-            let j = self.config.jitter as f64;
-            delay += ((self.uniform() * 2.0 - 1.0) * j).round() as i64;
+            let fresh = match self.config.jitter_distribution {
+                JitterDistribution::Uniform => self.uniform() * 2.0 - 1.0,
+                JitterDistribution::Normal => self.standard_normal().clamp(-4.0, 4.0),
+            };
+            let c = self.config.jitter_correlation;
+            let variation = c * self.last_variation + (1.0 - c) * fresh;
+            self.last_variation = variation;
+            delay += (variation * self.config.jitter as f64).round() as i64;
         }
+        let corrupt = self.chance(self.config.corrupt).then(|| self.rng.next_u64());
         let mut at = left + delay.max(0) as u64;
         if self.config.keep_order {
             at = at.max(self.last_delivery_at);
@@ -482,7 +543,7 @@ impl<P: Clone> Link<P> {
         }
         let order = self.next_order;
         self.next_order += 1;
-        self.wire.push(Reverse(InFlight { at, order, id: item.id, size: item.size, packet: item.packet }));
+        self.wire.push(Reverse(InFlight { at, order, id: item.id, size: item.size, packet: item.packet, corrupt }));
     }
 
     /// Runs the bottleneck up to `now`.
@@ -575,8 +636,9 @@ impl<P: Clone> Link<P> {
             let Reverse(p) = self.wire.pop()?;
             self.stats.delivered += 1;
             self.stats.bytes_delivered += p.size as u64;
+            self.stats.corrupted += p.corrupt.is_some() as u64;
             self.record(p.at, LinkEventKind::Delivered, p.id, p.size);
-            return Some(Delivery { packet: p.packet, due: p.at });
+            return Some(Delivery { packet: p.packet, due: p.at, corrupt: p.corrupt });
         }
         None
     }

@@ -88,3 +88,76 @@ fn gilbert_elliott_long_run_loss_matches_its_parameters() {
         assert!((measured - expected).abs() / expected < 0.02, "measured {measured}, expected {expected}");
     }
 }
+
+/// Delivers everything a saturated 10 Mbit/s link carries in 10 s; returns (delivered, corrupted) counts.
+fn saturated_counts(config: LinkConfig) -> (u64, u64) {
+    let mut link: Link<()> = Link::new(LinkConfig { bandwidth: Bandwidth::Rate(10_000_000), queue: QueueLimit::Packets(50), ..config }, 5, 0);
+    let mut now = 0;
+    while now < 10_000_000 {
+        while link.queue_len() < 20 {
+            link.enqueue(now, (), 1250);
+        }
+        now += 1000;
+        while let Some(t) = link.poll_timeout().filter(|&t| t <= now) {
+            while link.poll_delivery(t).is_some() {}
+        }
+    }
+    (link.stats().delivered, link.stats().corrupted)
+}
+
+#[test]
+fn loss_after_the_bottleneck_spends_capacity_and_loss_before_it_does_not() {
+    use fencepost_link::LossPosition;
+    // 10 Mbit/s of 1250-byte packets: 1000 a second.
+    let (before, _) = saturated_counts(LinkConfig { loss: LossModel::Bernoulli(0.3), ..Default::default() });
+    let (after, _) = saturated_counts(LinkConfig { loss: LossModel::Bernoulli(0.3), loss_position: LossPosition::AfterBottleneck, ..Default::default() });
+    assert!((9_900..=10_000).contains(&before), "a packet lost on entry leaves its slot to the next: {before}");
+    assert!((6_700..=7_300).contains(&after), "a packet lost after the bottleneck used its slot: {after}");
+}
+
+#[test]
+fn corruption_marks_the_share_it_is_given() {
+    let (delivered, corrupted) = saturated_counts(LinkConfig { corrupt: 0.05, ..Default::default() });
+    let share = corrupted as f64 / delivered as f64;
+    assert!((0.04..0.06).contains(&share), "{share}");
+    let (_, none) = saturated_counts(LinkConfig::default());
+    assert_eq!(none, 0);
+}
+
+/// The delay variation of `n` packets sent 10 ms apart on an unlimited link.
+fn variations(config: LinkConfig, n: u64) -> Vec<f64> {
+    let delay = 50_000;
+    let mut link: Link<u64> = Link::new(LinkConfig { delay, ..config }, 9, 0);
+    let mut out = Vec::new();
+    for i in 0..n {
+        link.enqueue(i * 10_000, i, 100);
+    }
+    while let Some(t) = link.poll_timeout() {
+        while let Some(d) = link.poll_delivery(t) {
+            out.push((d.due as f64 - (d.packet * 10_000) as f64 - delay as f64, d.packet));
+        }
+    }
+    out.sort_by_key(|&(_, i)| i);
+    out.into_iter().map(|(v, _)| v).collect()
+}
+
+#[test]
+fn normal_jitter_has_its_standard_deviation_and_correlation_carries_over() {
+    use fencepost_link::JitterDistribution;
+    let normal = LinkConfig { jitter: 5_000, jitter_distribution: JitterDistribution::Normal, ..Default::default() };
+    let v = variations(normal.clone(), 20_000);
+    let mean = v.iter().sum::<f64>() / v.len() as f64;
+    let sd = (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / v.len() as f64).sqrt();
+    assert!(mean.abs() < 150.0 && (4_800.0..5_200.0).contains(&sd), "mean {mean} sd {sd}");
+    let lag1 = |v: &[f64]| {
+        let m = v.iter().sum::<f64>() / v.len() as f64;
+        let num: f64 = v.windows(2).map(|w| (w[0] - m) * (w[1] - m)).sum();
+        let den: f64 = v.iter().map(|x| (x - m).powi(2)).sum();
+        num / den
+    };
+    assert!(lag1(&v).abs() < 0.03, "independent draws: {}", lag1(&v));
+    let correlated = variations(LinkConfig { jitter_correlation: 0.6, ..normal }, 20_000);
+    assert!((0.55..0.65).contains(&lag1(&correlated)), "{}", lag1(&correlated));
+    let uniform = variations(LinkConfig { jitter: 5_000, ..Default::default() }, 20_000);
+    assert!(uniform.iter().all(|x| x.abs() <= 5_000.0) && uniform.iter().any(|x| *x > 4_500.0));
+}

@@ -85,7 +85,9 @@ fn lab_link(options: Vec<(String, String)>) -> PyResult<String> {
             QueueLimit::Packets(p) => (None, Some(p)),
         };
         serde_json::json!({
-            "delay_us": c.delay, "jitter_us": c.jitter, "keep_order": c.keep_order, "loss": loss, "dup": c.duplicate,
+            "delay_us": c.delay, "jitter_us": c.jitter, "jitter_dist": format!("{:?}", c.jitter_distribution).to_lowercase(),
+            "jitter_corr": c.jitter_correlation, "keep_order": c.keep_order, "loss": loss, "dup": c.duplicate, "corrupt": c.corrupt,
+            "loss_after_bottleneck": c.loss_position == fencepost_link::LossPosition::AfterBottleneck,
             "rate_bps": rate, "trace_mean_bps": trace_mean, "queue_bytes": queue_bytes, "queue_packets": queue_packets,
         })
     };

@@ -426,8 +426,14 @@ impl Simulation {
         loop {
             let mut moved = false;
             for c in 0..self.channels.len() {
-                while let Some(mut packet) = self.channels[c].link.poll_deliver(t) {
+                while let Some(delivery) = self.channels[c].link.poll_delivery(t) {
                     moved = true;
+                    if delivery.corrupt.is_some() {
+                        // A flipped bit fails the IP or UDP checksum: the next host discards the packet
+                        // (the link counts it as corrupted).
+                        continue;
+                    }
+                    let mut packet = delivery.packet;
                     let flow = &mut self.flows[packet.flow as usize];
                     let path = if packet.to_server { &flow.spec.path } else { &flow.spec.return_path };
                     let next = packet.hop as usize + 1;

@@ -6,7 +6,7 @@
 
 use crate::options::{default_of, fail, OptionError};
 use crate::units::{self, parse_params, QueueSize, UnitError};
-use fencepost_link::{Bandwidth, LinkConfig, LossModel, QueueLimit, Trace};
+use fencepost_link::{Bandwidth, JitterDistribution, LinkConfig, LossModel, LossPosition, QueueLimit, Trace};
 use fencepost_proto::Duration;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -137,12 +137,25 @@ pub fn link_configs<'a>(
             },
             None => QueueLimit::Unlimited,
         };
+        let choice = |name: &str| or_default(name).map(|(_, v)| v).unwrap_or("");
+        let jitter_distribution = match choice("jitter-dist") {
+            "normal" => JitterDistribution::Normal,
+            _ => JitterDistribution::Uniform,
+        };
+        let loss_position = match choice("loss-position") {
+            "after" => LossPosition::AfterBottleneck,
+            _ => LossPosition::BeforeQueue,
+        };
         out.push(LinkConfig {
             delay: duration("delay")?,
             jitter: duration("jitter")?,
+            jitter_distribution,
+            jitter_correlation: probability("jitter-corr")?,
             keep_order,
             loss,
+            loss_position,
             duplicate: probability("dup")?,
+            corrupt: probability("corrupt")?,
             bandwidth,
             queue,
         });

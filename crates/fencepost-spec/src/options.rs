@@ -141,7 +141,12 @@ pub static OPTIONS: &[OptionSpec] = &[
     per_flow(option("start", Scope::Workload, Kind::Duration, "DURATION", "0", "when the flow starts; with several flows, once for all or once per flow", SIMULATED)),
     // ---- link ----
     per_direction(option("delay", Scope::Link, Kind::Duration, "DURATION", "10ms", "one-way propagation delay, e.g. 10ms", SIMULATED)),
-    per_direction(option("jitter", Scope::Link, Kind::Duration, "DURATION", "0", "each packet's delay varies uniformly by up to this much", SIMULATED)),
+    per_direction(option("jitter", Scope::Link, Kind::Duration, "DURATION", "0", "each packet's delay varies by up to this much (uniform), or with this standard deviation (normal)", SIMULATED)),
+    per_direction(OptionSpec {
+        choices: &["uniform", "normal"],
+        ..option("jitter-dist", Scope::Link, Kind::Choice, "uniform|normal", "uniform", "how the delay varies: uniform in +-jitter, or normal with standard deviation jitter", SIMULATED)
+    }),
+    per_direction(option("jitter-corr", Scope::Link, Kind::Probability, "P", "0%", "correlation of a packet's delay variation with the last one's (as netem's), e.g. 25%", SIMULATED)),
     option("keep-order", Scope::Link, Kind::Switch, "BOOL", "false", "jitter never reorders packets: true or false", SIMULATED),
     per_direction(option("loss", Scope::Link, Kind::Probability, "P", "0%", "random loss, 10% or 0.1", SIMULATED)),
     per_direction(option("loss-model", Scope::Link, Kind::Spec, "MODEL", "bernoulli", "bernoulli, or gilbert:p=P,r=R[,good=G,bad=B] for bursty loss", SIMULATED)),
@@ -149,6 +154,12 @@ pub static OPTIONS: &[OptionSpec] = &[
     per_direction(option("trace", Scope::Link, Kind::Path, "FILE", "", "mahimahi bandwidth trace (instead of --rate)", SIMULATED)),
     per_direction(option("queue", Scope::Link, Kind::Queue, "LIMIT", "unlimited", "droptail queue before the bottleneck: 64kB, 100pkt or unlimited", SIMULATED)),
     per_direction(option("dup", Scope::Link, Kind::Probability, "P", "0%", "probability a packet is duplicated", SIMULATED)),
+    per_direction(option("corrupt", Scope::Link, Kind::Probability, "P", "0%", "probability a packet has one bit flipped (the receiving host's checksums discard it)", SIMULATED)),
+    per_direction(OptionSpec {
+        choices: &["before", "after"],
+        ..option("loss-position", Scope::Link, Kind::Choice, "before|after", "before",
+            "random loss before the queue (as iptables at a router; a lost packet takes no capacity) or after the bottleneck (it does)", SIMULATED)
+    }),
     OptionSpec {
         repeatable: true,
         ..option("event", Scope::Link, Kind::Spec, "AT:ACTION[:VALUE][:DIR]", "",

@@ -239,6 +239,7 @@ pub static LINK_STATS_FIELDS: &[Field] = &[
     field("duplicated", Int, false, "copies the link made"),
     field("delivered", Int, false, "packets handed on"),
     field("bytes_delivered", Int, false, "bytes handed on, IP and UDP headers included"),
+    field("corrupted", Int, false, "delivered with one bit flipped (the next host's checksums discard them)"),
 ];
 
 /// The fields of one link direction besides its counters ([`LINK_STATS_FIELDS`], which come after `to_host`).

@@ -1,0 +1,90 @@
+"""`fencepost demo --lab`: the seed experiments on real namespaces, beside the
+simulated tables (needs root). Each experiment is a lab sweep into the report's
+data folder, so an interrupted demo resumes where it stopped."""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+from . import lab, plot
+from .demo import ARTICLE, DROP_RATES, Report, Table, _by, _fmt, _pm, _say
+
+LAB_THERMAL_RATE_BPS = 100_000_000
+# About one bandwidth-delay product at 100 Mbit/s and a 40 ms round trip: 'no congestion control'.
+LAB_THERMAL_WINDOW = 350
+LAB_THERMAL = {
+    f"fencepost+cc=none:window={LAB_THERMAL_WINDOW},pacing=on": "fencepost, no congestion control",
+    "fencepost": "fencepost default (tolerant)",
+    "tcp:cubic": "kernel CUBIC",
+    "tcp:bbr": "kernel BBR",
+    "tcp:reno": "kernel Reno",
+}
+
+
+def _lab_sweep(report: Report, name: str, progress: bool, **kwargs):
+    return lab.lab_sweep(out=str(report.out / "data" / name), progress=progress, **kwargs)
+
+
+def sliding_fence_lab(report: Report, trials: int, progress: bool, sim: Optional[dict] = None) -> dict:
+    """The article's benchmark between namespaces: both impairment methods, both profiles, window vs fence."""
+    transports = [f"echo+profile={p}+arq={a}" for p in ("seed", "default") for a in ("window", "fence")]
+    out = {}
+    for impair in ("iptables", "emulator"):
+        fixed = {"delay": "100us"} if impair == "emulator" else {}
+        rows, summary = _lab_sweep(report, f"lab-sliding-fence-{impair}", progress, grid={"loss": [f"{p}%" for p in DROP_RATES]},
+                                   fixed=fixed, transports=transports, trials=trials, seed=1, impair=impair)
+        out[impair] = summary
+        for profile in ("seed", "default"):
+            columns = ["drop rate", "window packets", "fence packets", "fence saves", "window TTC (s)", "fence TTC (s)", "failed"]
+            columns += ["sim window", "sim fence"] if sim and profile in sim else []
+            columns += ["article window", "article fence"] if profile == "seed" else []
+            how = ("iptables statistic drop at a forwarding router, no added delay (the article's method)" if impair == "iptables"
+                   else "fencepost's emulator at the router, 100 us each way")
+            table = Table(f"(a, lab) sliding window vs sliding fence on namespaces, {profile} profile, {impair} (n={trials})", columns,
+                          note=f"The echo benchmark between network namespaces: {how}; drop in both directions. "
+                               "Packets sent by the echo client; failed runs are counted and left out of the means.")
+            for p in DROP_RATES:
+                w = _by(summary, transport=f"echo+profile={profile}+arq=window", loss=f"{p}%")
+                f = _by(summary, transport=f"echo+profile={profile}+arq=fence", loss=f"{p}%")
+                saves = 1 - f["packets_sent_mean"] / w["packets_sent_mean"] if w["packets_sent_mean"] else math.nan
+                row = [f"{p}%", _pm(w["packets_sent_mean"], w["packets_sent_ci95"]), _pm(f["packets_sent_mean"], f["packets_sent_ci95"]),
+                       "–" if math.isnan(saves) else f"{saves:.0%}", _pm(w["duration_s_mean"], w["duration_s_ci95"], 2),
+                       _pm(f["duration_s_mean"], f["duration_s_ci95"], 2), f"{w['failed']} / {f['failed']}"]
+                if sim and profile in sim:
+                    sw = _by(sim[profile], loss=f"{p}%", arq="window")
+                    sf = _by(sim[profile], loss=f"{p}%", arq="fence")
+                    row += [_fmt(sw["packets_sent_mean"]), _fmt(sf["packets_sent_mean"])]
+                if profile == "seed":
+                    row += [f"{ARTICLE[p][0]:,}", f"{ARTICLE[p][1]:,}"]
+                table.add(*row)
+            _say()
+            _say(table.text())
+            parts = report.section(f"(a, lab) The sliding fence on namespaces, {profile} profile, {impair}")
+            parts.append(table.html())
+    return out
+
+
+def thermal_lab(report: Report, trials: int, progress: bool) -> dict:
+    link = {"rate": "100mbit", "delay": "10ms", "jitter": "10ms", "loss": "10%", "queue": "500kB"}
+    rows, summary = _lab_sweep(report, "lab-thermal", progress, grid={}, fixed={**link, "time": "20s"}, transports=list(LAB_THERMAL),
+                               trials=trials, seed=1, impair="emulator")
+    table = Table(f"(b, lab) THERMAL on namespaces: 100 Mbit/s, 10 % loss, 10 ± 10 ms, 20 s (n={trials})",
+                  ["sender", "utilisation", "goodput (Mbit/s)", "retransmissions", "mean RTT (ms)", "failed"],
+                  note="fencepost's emulator at the router: 100 Mbit/s each way, 10 % random loss each way, one-way delay 10 ± 10 ms "
+                       "(uniform, may reorder), 500 kB queue. Goodput measured at the receiver over the sender's 20 s. Kernel TCP "
+                       f"through our own bulk peer (TCP_CONGESTION). 'No congestion control' is a fixed {LAB_THERMAL_WINDOW}-packet window, paced.")
+    for transport, label in LAB_THERMAL.items():
+        r = _by(summary, transport=transport)
+        table.add(label, f"{r['goodput_bps_mean'] / LAB_THERMAL_RATE_BPS:.1%}", _pm(r["goodput_bps_mean"] / 1e6, r["goodput_bps_ci95"] / 1e6, 2),
+                  _fmt(r["retransmissions_mean"]), _fmt(r["rtt_mean_ms_mean"], 1), str(r["failed"]))
+    _say()
+    _say(table.text())
+    parts = report.section("(b, lab) THERMAL on namespaces")
+    parts.append(table.html())
+    return {"summary": summary, "rows": rows}
+
+
+def run_lab(report: Report, trials: int, progress: bool, sim: Optional[dict] = None) -> dict:
+    lab.require_root()
+    return {"thermal": thermal_lab(report, trials, progress), "sliding_fence": sliding_fence_lab(report, trials, progress, sim)}
