@@ -102,3 +102,18 @@ class Sender:
     def amount(self) -> tuple[int | None, float | None]: ...
     def poll(self, timeout: float = 0.2) -> tuple[list[str], str | None]: ...
     def cancel(self) -> None: ...
+
+# ---- the lab (crates/fencepost-py/src/lab.rs); each call runs inside a network namespace ----
+def lab_emulate(up_in: str, down_in: str, options: list[tuple[str, str]], seed: int, log: str | None = None) -> str:
+    """Emulates the link `options` describe between two interfaces until SIGTERM/SIGINT; returns its account as JSON."""
+def lab_link(options: list[tuple[str, str]]) -> str:
+    """Both directions of the link the options describe, parsed, as JSON."""
+def parse_quantity(option: str, kind: str, text: str) -> float:
+    """A value by the one unit parser: duration (s), bytes, rate (bit/s) or probability."""
+def lab_offloads_off(netns: str, iface: str) -> None:
+    """Turns segmentation, aggregation and checksum offloads off on an interface in a namespace."""
+def lab_tcp_send(host: str, port: int, cc: str, bytes: int | None, seconds: float, sample_ms: float = 10.0,
+                 connect_timeout_s: float = 10.0, drain_timeout_s: float = 30.0) -> str:
+    """Kernel TCP bulk sender with TCP_INFO samples; returns its report as JSON."""
+def lab_tcp_sink(host: str, port: int) -> None:
+    """Kernel TCP sink until stopped; prints one JSON line per connection."""

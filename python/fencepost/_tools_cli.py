@@ -148,7 +148,7 @@ def iperf_shaped(host: str, port: int, started: float, nbytes, seconds, interval
                          "bits_per_second": s["bits_per_second"], "retransmits": s["retransmissions"]},
             "sum_received": {"start": 0, "end": s["duration_s"], "seconds": s["duration_s"], "bytes": s["receiver_bytes"],
                              "bits_per_second": s["receiver_bytes"] * 8 / max(s["duration_s"], 1e-9)},
-            "fencepost": {k: s[k] for k in ("sha256", "receiver_sha256", "hashes_match", "complete", "incomplete_reason", "packets_sent", "data_packets_sent", "acks_received", "rtt_ms")},
+            "fencepost": {k: s[k] for k in ("sha256", "receiver_sha256", "hashes_match", "complete", "incomplete_reason", "packets_sent", "data_packets_sent", "acks_received", "rtt_ms", "connect_started_unix")},
         },
     }
 

@@ -526,7 +526,8 @@ def _flow_argv(kind: str, t: FlowTransport, host: Host, w: Workload) -> list[str
 
 def _goodput(bytes_: int, series: Sequence[int], last_byte_s: float, w: Workload) -> float:
     """At the receiver: for a timed run, what arrived while the sender was writing, over
-    that time (as the simulator measures it); otherwise the bytes over the time to the last one."""
+    that time (as the simulator measures it); otherwise the bytes over the time from the
+    client's first attempt to connect to the last byte."""
     if w.seconds:
         at = int(round(w.seconds / SERIES_INTERVAL_S))
         got = series[at - 1] if 0 < at <= len(series) else bytes_
@@ -576,6 +577,11 @@ def _flow_result(index: int, t: FlowTransport, client: Process, server: Process,
         if not fp["complete"]:
             f.update(status="failed", error=f"incomplete: {fp['incomplete_reason']}")
     f["integrity_ok"] = ok
+    # On one host both ends share a clock: measured from the client's first connection attempt, as the
+    # simulator measures a flow from its start (a handshake that needed retries counts).
+    started = (s["end"]["fencepost"] if t.kind == "fencepost" else s).get("connect_started_unix")
+    if started and r.get("accepted_unix"):
+        f["duration_s"] = last_byte = r["accepted_unix"] + last_byte - started
     f["goodput_bps"] = _goodput(r["bytes"], series, last_byte, w)
     f["goodput_series_bps"] = _series_bps(series)
     return f

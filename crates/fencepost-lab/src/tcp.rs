@@ -133,6 +133,12 @@ pub struct TcpSendReport {
     pub min_rtt_ms: f64,
     pub samples: Vec<TcpSample>,
     pub error: Option<String>,
+    /// When the sender began connecting, in seconds since the Unix epoch.
+    pub connect_started_unix: f64,
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }
 
 pub struct TcpSendSpec {
@@ -149,6 +155,7 @@ pub struct TcpSendSpec {
 
 /// Connects, sends, closes its side and waits for the sink's byte count.
 pub fn send(spec: &TcpSendSpec, stop: &AtomicBool) -> io::Result<TcpSendReport> {
+    let connect_started_unix = unix_now();
     let mut stream = TcpStream::connect_timeout(&spec.target, spec.connect_timeout)
         .map_err(|e| io::Error::new(e.kind(), format!("connecting to {}: {e}", spec.target)))?;
     set_congestion(&stream, &spec.cc)?;
@@ -230,6 +237,7 @@ pub fn send(spec: &TcpSendSpec, stop: &AtomicBool) -> io::Result<TcpSendReport> 
         min_rtt_ms: info.min_rtt as f64 / 1000.0,
         samples,
         error,
+        connect_started_unix,
     })
 }
 
@@ -245,12 +253,15 @@ pub struct TcpSinkReport {
     pub error: Option<String>,
     /// Bytes read by each multiple of [`SERIES_INTERVAL`] after the connection was accepted.
     pub delivered_series: Vec<u64>,
+    /// When the connection was accepted, in seconds since the Unix epoch.
+    pub accepted_unix: f64,
 }
 
 /// The spacing of [`TcpSinkReport::delivered_series`] (the same as fencepost's sink).
 pub const SERIES_INTERVAL: Duration = Duration::from_millis(100);
 
 fn sink_one(mut stream: TcpStream, accepted: Instant) -> TcpSinkReport {
+    let accepted_unix = unix_now() - accepted.elapsed().as_secs_f64();
     let remote = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
     let mut buf = vec![0u8; 256 * 1024];
     let mut bytes = 0u64;
@@ -283,7 +294,7 @@ fn sink_one(mut stream: TcpStream, accepted: Instant) -> TcpSinkReport {
     }
     let segments_sent = tcp_info(&stream).map(|i| i.segs_out).unwrap_or(0);
     let duration = last.duration_since(accepted).as_secs_f64();
-    TcpSinkReport { remote, bytes, duration_s: duration, goodput_bps: if duration > 0.0 { bytes as f64 * 8.0 / duration } else { 0.0 }, segments_sent, error, delivered_series: series }
+    TcpSinkReport { remote, bytes, duration_s: duration, goodput_bps: if duration > 0.0 { bytes as f64 * 8.0 / duration } else { 0.0 }, segments_sent, error, delivered_series: series, accepted_unix }
 }
 
 /// Accepts connections until `stop`, each in its own thread; `report` gets each one's account.

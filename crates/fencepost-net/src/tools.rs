@@ -41,6 +41,13 @@ pub struct ServedConnection {
     pub delivered_series: Vec<u64>,
     /// When the last byte was read, seconds after the connection was accepted.
     pub last_byte_s: f64,
+    /// When the connection was accepted, in seconds since the Unix epoch (to line it up with the sender's clock on one host).
+    pub accepted_unix: f64,
+}
+
+/// Now, in seconds since the Unix epoch.
+pub fn unix_now() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }
 
 /// The spacing of [`ServedConnection::delivered_series`].
@@ -60,6 +67,7 @@ pub async fn serve(endpoint: Endpoint, echo: bool, report: impl Fn(ServedConnect
 
 async fn serve_one(mut conn: Connection, echo: bool) -> ServedConnection {
     let started = Instant::now();
+    let accepted_unix = unix_now();
     let remote = conn.remote_addr().to_string();
     let mut hash = Sha256::new();
     let mut bytes = 0u64;
@@ -112,6 +120,7 @@ async fn serve_one(mut conn: Connection, echo: bool) -> ServedConnection {
         error: result.err().map(|e| e.to_string()),
         delivered_series: series,
         last_byte_s,
+        accepted_unix,
     }
 }
 
@@ -156,6 +165,8 @@ pub struct SendSummary {
     pub retransmissions: u64,
     pub acks_received: u64,
     pub rtt_ms: f64,
+    /// When `send` began connecting, in seconds since the Unix epoch.
+    pub connect_started_unix: f64,
 }
 
 /// After a timed send's writing time ends, how long it may take to deliver what was
@@ -174,6 +185,7 @@ pub async fn send(
     interval: Duration,
     mut on_interval: impl FnMut(Interval),
 ) -> Result<SendSummary, NetError> {
+    let connect_started_unix = unix_now();
     let mut conn = endpoint.connect(target).await?;
     // A buffer of random bytes, written over and over: cheap to produce at line rate.
     let mut chunk = vec![0u8; 256 * 1024];
@@ -280,6 +292,7 @@ pub async fn send(
         retransmissions: stats.retransmissions,
         acks_received: stats.acks_received,
         rtt_ms: srtt.as_secs_f64() * 1e3,
+        connect_started_unix,
     })
 }
 
