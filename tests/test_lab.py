@@ -161,6 +161,28 @@ def test_every_transport_crosses_a_lossy_lab_link(impair):
     assert summary and all(s["n"] == 1 for s in summary)
 
 
+def test_the_emulator_log_draws_throughput_and_queueing_delay(tmp_path):
+    import statistics
+
+    from fencepost import plot
+
+    rows, _ = lab.lab_sweep({}, {"rate": "20mbit", "delay": "5ms", "queue": "60kB", "time": "3s"}, ["tcp:cubic"], trials=1,
+                            progress=False, log_dir=str(tmp_path))
+    assert rows[0]["status"] == "ok", rows[0]["error"]
+    (log,) = tmp_path.glob("*.log")
+    marks = {line.split()[2] for line in log.read_text().splitlines() if not line.startswith("#")}
+    assert {"+", ">", "-"} <= marks
+    fig = plot.emulator_log(log, "up", 0.1, capacity_bps=20e6)
+    top, bottom = fig.axes
+    delivered = list(top.lines[1].get_ydata())
+    # CUBIC keeps a 20 Mbit/s link busy once it has started: the middle second is at the rate.
+    middle = delivered[len(delivered) // 3: 2 * len(delivered) // 3]
+    assert 18 <= statistics.median(middle) <= 20.5, middle
+    assert max(bottom.lines[0].get_ydata()) > 1.0  # the 60 kB queue filled (24 ms at 20 Mbit/s)
+    plot.save(fig, tmp_path / "emulator")
+    assert (tmp_path / "emulator.png").exists()
+
+
 def test_two_flows_share_a_dumbbell():
     rows, _ = lab.lab_sweep({}, {"rate": "40mbit", "delay": "5ms", "queue": "100kB", "time": "6s"}, ["fencepost&tcp:cubic"],
                             trials=1, topology="dumbbell:2", progress=False)

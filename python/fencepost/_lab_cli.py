@@ -6,7 +6,6 @@ import argparse
 import json
 import math
 import signal
-import sys
 
 from ._errors import OptionError
 from ._options import add_arguments, given_options

@@ -62,6 +62,18 @@ def sliding_fence_lab(report: Report, trials: int, progress: bool, sim: Optional
             _say(table.text())
             parts = report.section(f"(a, lab) The sliding fence on namespaces, {profile} profile, {impair}")
             parts.append(table.html())
+            mine = [dict(r, arq=r["transport"].rsplit("=", 1)[1]) for r in summary if r["transport"].startswith(f"echo+profile={profile}+")]
+            reference = {}
+            if sim and profile in sim:
+                for arq in ("window", "fence"):
+                    reference[f"simulated: {arq}"] = {f"{p}%": _by(sim[profile], loss=f"{p}%", arq=arq)["packets_sent_mean"] for p in DROP_RATES}
+            if profile == "seed":
+                reference["article: window"] = {f"{p}%": ARTICLE[p][0] for p in DROP_RATES}
+                reference["article: fence"] = {f"{p}%": ARTICLE[p][1] for p in DROP_RATES}
+            fig = plot.metric_vs_condition(mine, "loss", "packets_sent", variant="arq", reference=reference,
+                                           title=f"Packets sent on namespaces ({impair}), {profile} profile, n={trials}")
+            report.figure(parts, fig, f"lab-packets-vs-drop-{profile}-{impair}",
+                          f"Packets sent vs drop rate on namespaces ({impair}), {profile} profile, beside the simulation and the article")
     return out
 
 

@@ -23,6 +23,7 @@ summarise and plot together.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import itertools
 import json
 import math
@@ -33,7 +34,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
@@ -51,7 +52,6 @@ LINK_OPTIONS = ("delay", "jitter", "jitter-dist", "jitter-corr", "keep-order", "
                 "queue", "dup", "corrupt")
 FENCEPOST_OPTIONS = ("profile", "arq", "cc", "packet-size", "idle-timeout")
 IMPAIRMENTS = ("emulator", "iptables")
-TCP_CONTROLLERS_HINT = "/proc/sys/net/ipv4/tcp_available_congestion_control"
 
 
 class LabError(FencepostError, RuntimeError):
@@ -739,7 +739,7 @@ def lab_sweep(grid: Mapping[str, Sequence[Any]], fixed: Mapping[str, Any], trans
     another on one lab (runs in parallel would share the cores and skew each other).
     Returns (rows, summary) shaped like a simulated sweep's; with ``out``, writes
     runs.jsonl (full records), runs.csv and summary.csv there, and resumes from runs.jsonl."""
-    from .sweep import Progress, _write_csv, summarize
+    from .sweep import Progress, _condition_text, _write_csv, summarize
 
     _, pairs = parse_topology(topology)
     keys = list(grid)
@@ -752,7 +752,7 @@ def lab_sweep(grid: Mapping[str, Sequence[Any]], fixed: Mapping[str, Any], trans
             link_pairs, w, fp_opts, starts = split_options(options, impair)
             for trial in range(trials):
                 key_src = json.dumps([topology, impair, transport, sorted((k, str(v)) for k, v in options.items()), seed + trial])
-                key = __import__("hashlib").sha256(key_src.encode()).hexdigest()[:16]
+                key = hashlib.sha256(key_src.encode()).hexdigest()[:16]
                 merged = [FlowTransport(f.kind, tuple(fp_opts) + f.options, f.cc) if f.kind != "tcp" else f for f in flows]
                 plans.append((key, transport, condition, trial, merged, link_pairs, w, starts))
     done: dict[str, dict] = {}
@@ -796,9 +796,3 @@ def lab_sweep(grid: Mapping[str, Sequence[Any]], fixed: Mapping[str, Any], trans
         _write_csv(out_dir / "runs.csv", flat)
         _write_csv(out_dir / "summary.csv", summary)
     return rows, summary
-
-
-def _condition_text(value: Any) -> str:
-    if isinstance(value, (list, tuple)):
-        return ";".join(str(v) for v in value)
-    return str(value)

@@ -245,6 +245,59 @@ def share_matrix(matrices: Mapping[str, Mapping[tuple, tuple]], order: Sequence[
     return fig
 
 
+def emulator_log(path: Union[str, Path], direction: str = "up", interval_s: float = 0.1, capacity_bps: Optional[float] = None,
+                 title: Optional[str] = None) -> Figure:
+    """The lab emulator's per-packet log (``fencepost lab run --log DIR``) for one
+    direction, as mahimahi draws its logs: offered and delivered throughput per
+    interval (with the link's capacity, when given), and the queueing delay of
+    the packets leaving the bottleneck in each interval."""
+    bins = int(round(interval_s * 1e6))
+    entered: dict[int, int] = {}
+    offered: dict[int, int] = {}
+    delivered: dict[int, int] = {}
+    delays: dict[int, list] = {}
+    drops: dict[int, int] = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("#"):
+                continue
+            parts = line.split()
+            if len(parts) != 5 or parts[1] != direction:
+                continue
+            t, mark, size, pid = int(parts[0]), parts[2], int(parts[3]), int(parts[4])
+            b = t // bins
+            if mark == "+":
+                entered[pid] = t
+                offered[b] = offered.get(b, 0) + size
+            elif mark == ">" and pid in entered:
+                delays.setdefault(b, []).append((t - entered.pop(pid)) / 1000)
+            elif mark == "-":
+                delivered[b] = delivered.get(b, 0) + size
+            elif mark in "dqb":
+                offered[b] = offered.get(b, 0) + size
+                drops[b] = drops.get(b, 0) + 1
+    last = max([*offered, *delivered, 0])
+    xs = [i * interval_s for i in range(last + 1)]
+    fig = Figure(figsize=(8, 6), layout="constrained")
+    top, bottom = fig.subplots(2, 1, sharex=True)
+    to_mbit = 8 / interval_s / 1e6
+    top.plot(xs, [offered.get(i, 0) * to_mbit for i in range(last + 1)], label="offered", alpha=0.7)
+    top.plot(xs, [delivered.get(i, 0) * to_mbit for i in range(last + 1)], label="delivered")
+    if capacity_bps:
+        top.axhline(capacity_bps / 1e6, linestyle="--", color="grey", label="capacity")
+    top.set_ylabel("throughput (Mbit/s)")
+    top.set_title(title or f"Emulated link, {direction} direction, per {interval_s * 1000:g} ms")
+    top.legend(loc="best")
+    top.grid(alpha=0.3)
+    means = [(i * interval_s, sum(v) / len(v)) for i, v in sorted(delays.items()) if v]
+    bottom.plot([m[0] for m in means], [m[1] for m in means], label="mean queueing delay")
+    bottom.set_ylabel("queueing delay (ms)")
+    bottom.set_xlabel("time since the emulator started (s)")
+    bottom.grid(alpha=0.3)
+    bottom.legend(loc="best")
+    return fig
+
+
 def save(fig: Figure, path: Union[str, Path], dpi: int = 120) -> list[Path]:
     """Writes ``path``.png and ``path``.svg; returns both paths."""
     base = Path(path)
