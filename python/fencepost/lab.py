@@ -428,22 +428,23 @@ def describe_link(pairs: Sequence[tuple[str, str]]) -> dict:
 
 def check_iptables_link(link: Mapping[str, Any]) -> None:
     """The iptables method drops at random and limits the rate; nothing else."""
-    for name, d in link.items():
-        unsupported = []
-        if d["delay_us"] or d["jitter_us"]:
-            unsupported.append("delay/jitter (this kernel has no netem)")
-        if d["loss"]["model"] == "gilbert":
-            unsupported.append("Gilbert-Elliott loss")
-        if d["trace_mean_bps"] is not None:
-            unsupported.append("a trace")
-        if d["dup"]:
-            unsupported.append("duplication")
-        if d["corrupt"]:
-            unsupported.append("corruption")
-        if d["loss_after_bottleneck"] and d["loss"]["mean"]:
-            unsupported.append("loss after the bottleneck (iptables drops before tbf)")
-        if unsupported:
-            raise OptionError("impair", f"iptables cannot emulate {', '.join(unsupported)} ({name} direction); use --impair emulator")
+    found: dict[str, list[str]] = {}
+    for name in ("up", "down"):
+        d = link[name]
+        checks = [
+            (d["delay_us"] or d["jitter_us"], "delay/jitter (this kernel has no netem)"),
+            (d["loss"]["model"] == "gilbert", "Gilbert-Elliott loss"),
+            (d["trace_mean_bps"] is not None, "a trace"),
+            (d["dup"], "duplication"),
+            (d["corrupt"], "corruption"),
+            (d["loss_after_bottleneck"] and d["loss"]["mean"], "loss after the bottleneck (iptables drops before tbf)"),
+        ]
+        for present, what in checks:
+            if present:
+                found.setdefault(what, []).append(name)
+    if found:
+        parts = [f"{what} ({'both directions' if len(dirs) == 2 else dirs[0] + ' direction'})" for what, dirs in found.items()]
+        raise OptionError("impair", f"iptables cannot emulate {', '.join(parts)}; use --impair emulator")
 
 
 # ---- transports ----
