@@ -583,6 +583,7 @@ def _flow_result(index: int, t: FlowTransport, client: Process, server: Process,
     started = (s["end"]["fencepost"] if t.kind == "fencepost" else s).get("connect_started_unix")
     if started and r.get("accepted_unix"):
         f["duration_s"] = last_byte = r["accepted_unix"] + last_byte - started
+        f["started_unix"] = started
     f["goodput_bps"] = _goodput(r["bytes"], series, last_byte, w)
     f["goodput_series_bps"] = _series_bps(series)
     return f
