@@ -91,7 +91,7 @@ def test_bernoulli_loss_and_a_trace_are_what_the_receiver_sees():
             time.sleep(0.3)
             emu = L.impair_link([("delay", "1ms"), ("loss-up", "10%"), ("loss-down", "0")], seed=11)
             client = subprocess.run(["ip", "netns", "exec", L.ns("client"), "iperf3", "-c", "10.0.2.1", "-u", "-b", "40M", "-l", "172",
-                                     "-k", "100000", "-J"], capture_output=True, text=True, timeout=120)
+                                     "-k", "100000", "-w", "4M", "-J"], capture_output=True, text=True, timeout=120)
             assert client.returncode == 0, client.stdout[-800:]
             server.finish(30)
             report = _stop_json(emu)

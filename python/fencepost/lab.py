@@ -357,6 +357,17 @@ class Lab:
                     if a.side != b.side:
                         _run(["ip", "-n", self.ns(a.name), "neigh", "replace", b.address, "lladdr", b.mac, "dev", "eth0", "nud", "permanent"])
 
+    def udp_receive_drops(self) -> int:
+        """Datagrams the hosts' kernels dropped because a socket's buffer was full (Udp
+        RcvbufErrors, summed over hosts): loss that is not the link's, counted so a run shows it."""
+        total = 0
+        for host in self.hosts:
+            text = _run(["ip", "netns", "exec", self.ns(host.name), "cat", "/proc/net/snmp"], check=False).stdout
+            udp = [line.split() for line in text.splitlines() if line.startswith("Udp:")]
+            if len(udp) == 2:
+                total += int(dict(zip(udp[0], udp[1])).get("RcvbufErrors", 0))
+        return total
+
     def spawn(self, host: str, argv: Sequence[str], label: Optional[str] = None) -> Process:
         if self.closed:
             raise LabError("the lab is closed")
@@ -600,6 +611,7 @@ def run_once(lab: Lab, transports: Sequence[FlowTransport], link_pairs: Sequence
     """One run on a built lab: impair the middle, start the servers, start each client at
     its start time, wait for every client, and return the run as a row (flow 1's figures at
     the top, every flow's in ``flows``, the emulator's account under ``link_up``/``link_down``)."""
+    host_drops_before = lab.udp_receive_drops()
     emulator = lab.impair_link(link_pairs, seed, log)
     servers, clients = [], []
     try:
@@ -666,6 +678,7 @@ def run_once(lab: Lab, transports: Sequence[FlowTransport], link_pairs: Sequence
                 row[f"link_{direction}_{k}"] = d[k]
         row["link_drops"] = sum(e[d]["stats"]["lost"] + e[d]["stats"]["queue_dropped"] for d in ("up", "down"))
         row["emulator"] = e
+    row["host_udp_receive_drops"] = lab.udp_receive_drops() - host_drops_before
     row["flows"] = flows
     return row
 
