@@ -26,7 +26,7 @@ const ETHERNET_HEADER: usize = 14;
 const ETHERTYPE_IPV4: u16 = 0x0800;
 const ETHERTYPE_IPV6: u16 = 0x86dd;
 /// Below this much time to a deadline the emulator waits without sleeping.
-const SPIN: Duration = Duration::from_micros(60);
+const SPIN: Duration = Duration::from_micros(250);
 /// Frames read from one socket before the other gets its turn.
 const READ_BURST: usize = 64;
 
@@ -62,6 +62,9 @@ pub struct DirectionReport {
     pub send_errors: u64,
     /// Frames the kernel dropped before the emulator read them (its socket buffer was full).
     pub kernel_drops: u64,
+    /// How long frames waited between the kernel's arrival stamp and the emulator reading them
+    /// (taken off their time on the link, so it does not add to the delay).
+    pub read_delay_p99_us: Option<u64>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -85,6 +88,16 @@ struct Side {
     ip_bytes: u64,
     send_errors: u64,
     kernel_drops: u64,
+    /// The latest time the link was run to: a frame's arrival is never put before it.
+    link_time: u64,
+    /// How long frames waited in the socket before the emulator read them.
+    read_delay: DelayHistogram,
+}
+
+fn realtime_ns() -> i128 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128
 }
 
 fn is_ip(frame: &[u8]) -> bool {
@@ -141,7 +154,17 @@ pub fn run(spec: EmulatorSpec, stop: &AtomicBool, ready: impl FnOnce()) -> io::R
     let new_side = |input: PacketSocket, config: LinkConfig, seed: u64| {
         let mut link = Link::new(config, seed, 0);
         link.observe(spec.log.is_some());
-        Side { input, link, lateness: DelayHistogram::default(), lateness_max: 0, ip_bytes: 0, send_errors: 0, kernel_drops: 0 }
+        Side {
+            input,
+            link,
+            lateness: DelayHistogram::default(),
+            lateness_max: 0,
+            ip_bytes: 0,
+            send_errors: 0,
+            kernel_drops: 0,
+            link_time: 0,
+            read_delay: DelayHistogram::default(),
+        }
     };
     // The two directions draw from separate streams, as the simulator's two channels do.
     let mut sides = [new_side(up_socket, spec.up.clone(), spec.seed.wrapping_mul(2)), new_side(down_socket, spec.down.clone(), spec.seed.wrapping_mul(2).wrapping_add(1))];
@@ -154,6 +177,7 @@ pub fn run(spec: EmulatorSpec, stop: &AtomicBool, ready: impl FnOnce()) -> io::R
         // Hand on everything due; a frame read from side i leaves through the other side's socket.
         for i in 0..2 {
             let now = now_us(start);
+            sides[i].link_time = now;
             while let Some(delivery) = sides[i].link.poll_delivery(now) {
                 let mut frame = delivery.packet;
                 if let Some(at) = delivery.corrupt {
@@ -216,7 +240,7 @@ pub fn run(spec: EmulatorSpec, stop: &AtomicBool, ready: impl FnOnce()) -> io::R
                 continue;
             }
             for _ in 0..READ_BURST {
-                let Some(n) = sides[i].input.recv(&mut buf)? else { break };
+                let Some((n, stamp)) = sides[i].input.recv_stamped(&mut buf)? else { break };
                 let n = n.min(buf.len());
                 let frame = &buf[..n];
                 if !is_ip(frame) {
@@ -230,7 +254,14 @@ pub fn run(spec: EmulatorSpec, stop: &AtomicBool, ready: impl FnOnce()) -> io::R
                     oversize += 1;
                 }
                 let now = now_us(start);
-                sides[i].link.enqueue(now, frame.to_vec(), n - ETHERNET_HEADER);
+                // The frame reached the router when the kernel stamped it; the time it then
+                // waited for the emulator to wake is taken off, so it is not extra delay.
+                let waited = stamp.map_or(0, |at| ((realtime_ns() - at).max(0) / 1000) as u64);
+                let side = &mut sides[i];
+                side.read_delay.record(waited);
+                let arrival = now.saturating_sub(waited).max(side.link_time);
+                side.link_time = arrival;
+                side.link.enqueue(arrival, frame.to_vec(), n - ETHERNET_HEADER);
             }
         }
     }
@@ -259,6 +290,7 @@ pub fn run(spec: EmulatorSpec, stop: &AtomicBool, ready: impl FnOnce()) -> io::R
         capacity_bytes: s.link.capacity_bytes(elapsed),
         send_errors: s.send_errors,
         kernel_drops: s.kernel_drops,
+        read_delay_p99_us: s.read_delay.quantile(0.99),
     };
     Ok(EmulatorReport {
         duration_s: elapsed as f64 / 1e6,

@@ -7,6 +7,9 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 /// Linux 4.20+: do not hand the socket the frames it (or anyone on this host) sends.
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
+/// `SO_TIMESTAMPNS` (the "old" one, whose timespec is the native `struct timespec`;
+/// the same number on every architecture Linux runs the lab on but sparc, mips and parisc).
+const SO_TIMESTAMPNS: libc::c_int = 35;
 /// The largest frame read: a 64 KiB GSO frame would only arrive if offloads were left on.
 pub const MAX_FRAME: usize = 65_536 + 14;
 
@@ -46,6 +49,9 @@ impl PacketSocket {
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         let one: libc::c_int = 1;
         set_int(raw, libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, one, "PACKET_IGNORE_OUTGOING (Linux 4.20 or later)")?;
+        // The kernel stamps each frame as it arrives, so a frame's time on the link starts
+        // then and not when the emulator woke up to read it.
+        set_int(raw, libc::SOL_SOCKET, SO_TIMESTAMPNS, one, "SO_TIMESTAMPNS")?;
         // Room for a burst that arrives while the emulator is busy; FORCE needs CAP_NET_ADMIN, the plain one is capped.
         let size = buffer_bytes.min(i32::MAX as usize) as libc::c_int;
         if set_int(raw, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, size, "SO_RCVBUFFORCE").is_err() {
@@ -75,7 +81,21 @@ impl PacketSocket {
 
     /// One frame, or `None` when nothing is waiting.
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
-        let n = unsafe { libc::recv(self.raw(), buf.as_mut_ptr() as *mut libc::c_void, buf.len(), libc::MSG_TRUNC) };
+        Ok(self.recv_stamped(buf)?.map(|(n, _)| n))
+    }
+
+    /// One frame with the kernel's arrival time (`CLOCK_REALTIME`, nanoseconds), or `None`
+    /// when nothing is waiting. The length is the frame's own, even if `buf` was shorter.
+    pub fn recv_stamped(&self, buf: &mut [u8]) -> io::Result<Option<(usize, Option<i128>)>> {
+        let mut iov = libc::iovec { iov_base: buf.as_mut_ptr() as *mut libc::c_void, iov_len: buf.len() };
+        // Room for one control message holding a timespec, aligned as cmsghdr wants.
+        let mut control = [0u64; 8];
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
+        msg.msg_controllen = std::mem::size_of_val(&control) as _;
+        let n = unsafe { libc::recvmsg(self.raw(), &mut msg, libc::MSG_TRUNC) };
         if n < 0 {
             let e = io::Error::last_os_error();
             return match e.kind() {
@@ -83,7 +103,19 @@ impl PacketSocket {
                 _ => Err(e),
             };
         }
-        Ok(Some(n as usize))
+        let mut stamp = None;
+        // SAFETY: the CMSG macros walk the control buffer the kernel filled, bounded by msg_controllen.
+        unsafe {
+            let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+            while !cmsg.is_null() {
+                if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == SO_TIMESTAMPNS {
+                    let ts = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg) as *const libc::timespec);
+                    stamp = Some(ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128);
+                }
+                cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+            }
+        }
+        Ok(Some((n as usize, stamp)))
     }
 
     /// Writes a whole Ethernet frame out of the interface.
