@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
+import tempfile
 import time
 
 from fencepost import _core, lab
@@ -77,8 +79,10 @@ def main() -> int:
             text = open(path).read()
         else:
             text = _core.generate_trace("poisson", 20_000_000, 1000, 7)
-            path = f"/tmp/{L.id}.trace"
-            open(path, "w").write(text)
+            generated = tempfile.NamedTemporaryFile("w", prefix=f"{L.id}-", suffix=".trace", delete=False)
+            with generated:
+                generated.write(text)
+            path = generated.name
         times = [int(t) for t in text.split()]
         period_ms = times[-1]
         window_s = max(1, 5000 // period_ms) * period_ms / 1000 if period_ms <= 5000 else period_ms / 1000
@@ -88,6 +92,8 @@ def main() -> int:
         flood = f"{int(mean_bps * 1.5)}"
         intervals = iperf(L, ["-u", "-b", flood, "-l", "1472", "-t", str(int(window_s) + 4)], window_s + 4)["intervals"]
         stop(emu)
+        if not args.trace:
+            os.unlink(path)
         window = [i["sum"] for i in intervals[2:2 + int(window_s)]]
         ip_bytes = sum(s["bytes"] + s["packets"] * 28 for s in window)
         out["capacity"] = {"trace_mean_mbit": mean_bps / 1e6, "window_s": window_s, "receiver_ip_bytes": ip_bytes, "trace_bytes": capacity,

@@ -33,11 +33,13 @@ pub struct EndpointConfig {
     /// Give up on a handshake after this long.
     pub connect_timeout: Duration,
     pub max_connections: usize,
+    /// Bytes of received data all connections together may hold (see `fencepost_proto::EndpointConfig`).
+    pub buffer_budget: usize,
 }
 
 impl EndpointConfig {
     pub fn client(transport: TransportConfig) -> Self {
-        EndpointConfig { transport, server: false, connect_timeout: Duration::from_secs(10), max_connections: 65_536 }
+        EndpointConfig { transport, server: false, connect_timeout: Duration::from_secs(10), max_connections: 65_536, buffer_budget: 1 << 30 }
     }
     pub fn server(transport: TransportConfig) -> Self {
         EndpointConfig { server: true, ..Self::client(transport) }
@@ -165,15 +167,16 @@ impl Endpoint {
             transport: Arc::new(config.transport.clone()),
             accept_incoming: config.server,
             max_connections: config.max_connections,
+            buffer_budget: config.buffer_budget,
         };
-        let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
-            ^ ((local_addr.port() as u64) << 48)
-            ^ std::process::id() as u64;
+        // Connection ids, ephemeral keys and the endpoint's secrets all grow from these bytes.
+        let mut entropy = [0u8; 32];
+        getrandom::fill(&mut entropy).map_err(|e| NetError::Io(io::Error::other(format!("the OS's random source failed: {e}"))))?;
         let shared = Arc::new(Shared {
             socket,
             udp,
             state: Mutex::new(State {
-                proto: ProtoEndpoint::new(proto_config, seed),
+                proto: ProtoEndpoint::with_entropy(proto_config, entropy),
                 waiters: HashMap::new(),
                 accept_queue: VecDeque::new(),
                 accept_waiter: None,
@@ -191,6 +194,16 @@ impl Endpoint {
 
     pub fn local_addr(&self) -> SocketAddr {
         self.shared.local_addr
+    }
+
+    /// The endpoint's static public key, with protection (clients pin it with `--peer-key`).
+    pub fn public_key(&self) -> Option<fencepost_proto::PublicKey> {
+        self.shared.lock().proto.public_key()
+    }
+
+    /// Received bytes all connections hold now, against `EndpointConfig::buffer_budget`.
+    pub fn buffered_bytes(&self) -> usize {
+        self.shared.lock().proto.buffered_bytes()
     }
 
     /// Datagrams the endpoint dropped before a connection saw them.
@@ -276,6 +289,16 @@ impl fmt::Debug for Connection {
 impl Connection {
     pub fn remote_addr(&self) -> SocketAddr {
         self.remote
+    }
+
+    /// The server's static key as the handshake proved it (a client's connection, with protection).
+    pub fn peer_key(&self) -> Option<fencepost_proto::PublicKey> {
+        self.shared.lock().proto.connection(self.handle).and_then(|c| c.peer_static_key())
+    }
+
+    /// The packets are encrypted and authenticated (wire format version 2).
+    pub fn is_protected(&self) -> bool {
+        self.shared.lock().proto.connection(self.handle).is_some_and(|c| c.is_protected())
     }
 
     pub fn stats(&self) -> ConnectionStats {

@@ -126,12 +126,12 @@ async fn garbage_is_counted_and_ignored_while_transfers_complete() {
                     0 => (0..(seed >> 40) % 1400).map(|i| (seed >> (i % 56)) as u8).collect(),
                     // Truncated data packet.
                     1 => vec![1, 2, 0, 0],
-                    // A valid-looking data packet for a connection id nobody has.
+                    // A valid-looking protected packet for a connection id nobody has.
                     _ => {
-                        let mut p = vec![1, 2];
+                        let mut p = vec![2, 2];
                         p.extend_from_slice(&((seed >> 16) as u32 | 1).to_be_bytes());
                         p.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 9]);
-                        p.extend_from_slice(b"forged");
+                        p.extend_from_slice(b"forged and sealed with no key");
                         p
                     }
                 };
@@ -154,6 +154,8 @@ async fn garbage_is_counted_and_ignored_while_transfers_complete() {
     let stats = server.stats();
     assert!(flooded > 100);
     assert!(stats.malformed > 0 && stats.unknown_connection > 0, "{stats:?} after {flooded} garbage datagrams");
+    // Each unknown protected packet may get a stateless reset, always smaller than itself.
+    assert!(stats.stateless_bytes_sent < stats.bytes_received, "{stats:?}");
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(served.lock().unwrap().len(), 3);
 }

@@ -3,6 +3,44 @@
 //! as a fence (the next missing sequence number plus a bitmap of what arrived after it).
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// Bytes one held packet costs beyond its payload (its slot, its allocation's header):
+/// counted so that tiny payloads cannot hold much more memory than they are charged for.
+pub const SLOT_COST: usize = 64;
+
+/// An endpoint-wide limit on received data held in memory, shared by its connections'
+/// assemblers. A packet that would be held out of order is refused when the budget is
+/// spent; the packet that fills a connection's first hole is always taken, so every
+/// connection can still make progress (its reader then frees what it held).
+#[derive(Debug)]
+pub struct BufferBudget {
+    limit: usize,
+    used: AtomicUsize,
+}
+
+impl BufferBudget {
+    pub fn new(limit: usize) -> Arc<BufferBudget> {
+        Arc::new(BufferBudget { limit, used: AtomicUsize::new(0) })
+    }
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+    /// Bytes held now by every connection sharing the budget.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+    fn try_take(&self, n: usize) -> bool {
+        self.used.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| (u + n <= self.limit).then_some(u + n)).is_ok()
+    }
+    fn take(&self, n: usize) {
+        self.used.fetch_add(n, Ordering::Relaxed);
+    }
+    fn give(&self, n: usize) {
+        let _ = self.used.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| Some(u.saturating_sub(n)));
+    }
+}
 
 /// What became of one arriving packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -13,8 +51,10 @@ pub enum Arrival {
     OutOfOrder,
     /// Already held (or already delivered): the peer resent it.
     Duplicate,
-    /// Beyond the advertised window: dropped, the sender will resend.
+    /// Beyond the advertised window, or more than the receive buffer holds: dropped, the sender will resend.
     BeyondWindow,
+    /// The endpoint's buffer budget is spent: dropped, the sender will resend.
+    OverBudget,
     /// Contradicts the stream's end (data after the FIN, or two different FINs): dropped.
     Violation,
 }
@@ -50,6 +90,9 @@ pub struct Assembler {
     finished: bool,
     capacity: usize,
     max_payload: usize,
+    /// Bytes held out of order, each packet charged its payload and [`SLOT_COST`].
+    held_bytes: usize,
+    budget: Option<Arc<BufferBudget>>,
 }
 
 impl Assembler {
@@ -65,7 +108,22 @@ impl Assembler {
             finished: false,
             capacity,
             max_payload: max_payload.max(1),
+            held_bytes: 0,
+            budget: None,
         }
+    }
+
+    /// Charges what this assembler holds to an endpoint-wide budget from now on.
+    pub fn set_budget(&mut self, budget: Arc<BufferBudget>) {
+        budget.take(self.readable.len() + self.held_bytes);
+        if let Some(old) = self.budget.replace(budget) {
+            old.give(self.readable.len() + self.held_bytes);
+        }
+    }
+
+    /// Bytes held in memory: readable, and out of order (with their slot cost).
+    pub fn buffered_bytes(&self) -> usize {
+        self.readable.len() + self.held_bytes
     }
 
     pub fn fence_base(&self) -> u64 {
@@ -127,12 +185,24 @@ impl Assembler {
                 self.finished = true;
             } else {
                 self.readable.extend(payload);
+                if let Some(b) = &self.budget {
+                    b.take(payload.len());
+                }
             }
             self.fence_base += 1;
             self.slots.pop_front();
             self.drain_contiguous();
             return Arrival::InOrder;
         }
+        // Out-of-order data counts against the receive buffer byte for byte, and against the endpoint's budget.
+        let cost = payload.len() + SLOT_COST;
+        if self.readable.len() + self.held_bytes + cost > self.capacity {
+            return Arrival::BeyondWindow;
+        }
+        if self.budget.as_ref().is_some_and(|b| !b.try_take(cost)) {
+            return Arrival::OverBudget;
+        }
+        self.held_bytes += cost;
         while self.slots.len() <= offset {
             self.slots.push_back(Slot::Missing);
         }
@@ -175,11 +245,20 @@ impl Assembler {
                 Slot::Data(_) => {
                     if let Some(Slot::Data(bytes)) = self.slots.pop_front() {
                         self.readable.extend(&bytes);
+                        // The payload stays charged, now as readable; the slot's cost is freed.
+                        self.held_bytes -= bytes.len() + SLOT_COST;
+                        if let Some(b) = &self.budget {
+                            b.give(SLOT_COST);
+                        }
                     }
                 }
                 Slot::Fin => {
                     self.slots.pop_front();
                     self.finished = true;
+                    self.held_bytes -= SLOT_COST;
+                    if let Some(b) = &self.budget {
+                        b.give(SLOT_COST);
+                    }
                 }
             }
             self.held -= 1;
@@ -206,6 +285,9 @@ impl Assembler {
             buf[a.len()..n].copy_from_slice(&b[..n - a.len()]);
         }
         self.readable.drain(..n);
+        if let Some(b) = &self.budget {
+            b.give(n);
+        }
         n
     }
 
@@ -232,6 +314,14 @@ impl Assembler {
             if let Some(last) = out.last_mut() {
                 *last &= (1u8 << (needed_bits % 8)) - 1;
             }
+        }
+    }
+}
+
+impl Drop for Assembler {
+    fn drop(&mut self) {
+        if let Some(b) = &self.budget {
+            b.give(self.readable.len() + self.held_bytes);
         }
     }
 }
@@ -282,6 +372,41 @@ mod tests {
         let mut b = Assembler::new(1 << 20, 100);
         b.insert(4, b"d", false);
         assert_eq!(b.insert(2, b"", true), Arrival::Violation, "a FIN below held data");
+    }
+
+    #[test]
+    fn a_shared_budget_refuses_held_data_but_never_the_first_hole() {
+        let budget = BufferBudget::new(3 * (10 + SLOT_COST));
+        let mut a = Assembler::new(1 << 20, 10);
+        let mut b = Assembler::new(1 << 20, 10);
+        a.set_budget(budget.clone());
+        b.set_budget(budget.clone());
+        assert_eq!(a.insert(1, &[1; 10], false), Arrival::OutOfOrder);
+        assert_eq!(b.insert(1, &[1; 10], false), Arrival::OutOfOrder);
+        assert_eq!(b.insert(2, &[1; 10], false), Arrival::OutOfOrder);
+        assert_eq!(a.insert(2, &[1; 10], false), Arrival::OverBudget, "the budget is spent");
+        assert_eq!(budget.used(), 3 * (10 + SLOT_COST));
+        // The first hole is always taken: everything held becomes readable.
+        assert_eq!(a.insert(0, &[0; 10], false), Arrival::InOrder);
+        assert_eq!(budget.used(), 3 * (10 + SLOT_COST) + 10 - SLOT_COST);
+        let mut buf = [0u8; 64];
+        assert_eq!(a.read(&mut buf), 20);
+        assert_eq!(budget.used(), 2 * (10 + SLOT_COST));
+        drop(b);
+        assert_eq!(budget.used(), 0, "a connection that goes gives back what it held");
+    }
+
+    #[test]
+    fn tiny_packets_are_charged_their_slots() {
+        let mut a = Assembler::new(10 * SLOT_COST, 1000);
+        let mut taken = 0;
+        for seq in 1..1000 {
+            if a.insert(seq, &[7], false) == Arrival::OutOfOrder {
+                taken += 1;
+            }
+        }
+        assert!(taken < 10, "{taken} one-byte packets held in a buffer of 10 slots' cost");
+        assert!(a.buffered_bytes() <= 10 * SLOT_COST);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! changed on top of a profile.
 
 use crate::congestion::{BbrConfig, ControllerConfig, FixedConfig};
+use crate::crypto::NoiseConfig;
 use crate::protection::ProtectionConfig;
 use crate::redundancy::RedundancyConfig;
 use crate::time::Duration;
@@ -92,6 +93,10 @@ pub struct TransportConfig {
     pub max_rto: Duration,
     /// No packet from the peer for this long ends the connection with a timeout error.
     pub idle_timeout: Duration,
+    /// End the connection when neither stream has advanced for this long although data is
+    /// outstanding (in flight, or held behind a hole): a peer that keeps the connection
+    /// alive without letting anything through. `None`: never.
+    pub progress_timeout: Option<Duration>,
     /// Send a keepalive when nothing that elicits an ack was sent for this long (`None`: never).
     pub keepalive_interval: Option<Duration>,
     /// Bytes the application may have written and not yet had acknowledged.
@@ -129,6 +134,7 @@ impl TransportConfig {
             min_rto: Duration::from_millis(10),
             max_rto: Duration::from_millis(10),
             idle_timeout: Duration::from_millis(100),
+            progress_timeout: None,
             keepalive_interval: None,
             send_buffer: 4 << 20,
             recv_buffer: 4 << 20,
@@ -142,12 +148,13 @@ impl TransportConfig {
     }
 
     /// The modern design: MTU-sized payloads (1500-byte IP packets), RTT-driven
-    /// retransmission, fast retransmit of fence holes, pacing, wide fences.
+    /// retransmission, fast retransmit of fence holes, pacing, wide fences, and
+    /// every packet authenticated and encrypted (wire format version 2).
     pub fn default_profile() -> Self {
+        let protection = ProtectionConfig::Noise(NoiseConfig::default());
         TransportConfig {
             profile: Profile::Default,
-            // 1500-byte IPv4 MTU - 20 (IP) - 8 (UDP) - our data header.
-            max_payload: (1472 - DATA_OVERHEAD) as u16,
+            max_payload: mtu_payload(protection.overhead()),
             arq: Arq::Fence,
             fence_width: FenceWidth::UpTo(8192),
             send_policy: SendPolicy::Continuous,
@@ -159,6 +166,7 @@ impl TransportConfig {
             min_rto: Duration::from_millis(50),
             max_rto: Duration::from_secs(4),
             idle_timeout: Duration::from_secs(30),
+            progress_timeout: Some(Duration::from_secs(90)),
             keepalive_interval: Some(Duration::from_secs(5)),
             // Sent data stays buffered until acknowledged: at 50 % loss a packet takes up to
             // several round trips to get through, so the buffers hold several BDPs of a
@@ -170,7 +178,7 @@ impl TransportConfig {
             // random loss, and yields to queues and to loss that comes with them.
             controller: ControllerConfig::Bbr(BbrConfig::tolerant()),
             redundancy: RedundancyConfig::None,
-            protection: ProtectionConfig::None,
+            protection,
             record_rtt_samples: true,
             trace: false,
         }
@@ -183,6 +191,21 @@ impl TransportConfig {
         }
     }
 
+    /// Changes how packets are protected. A payload sized to fill a 1500-byte IP packet is
+    /// resized so the datagram still fills it; a payload chosen otherwise stays as it is.
+    pub fn set_protection(&mut self, protection: ProtectionConfig) {
+        if self.max_payload == mtu_payload(self.protection.overhead()) {
+            self.max_payload = mtu_payload(protection.overhead());
+        }
+        self.protection = protection;
+    }
+
+    /// Plaintext packets (wire format version 1), as `--insecure` asks.
+    pub fn insecure(mut self) -> Self {
+        self.set_protection(ProtectionConfig::None);
+        self
+    }
+
     /// Largest datagram this side sends with its own payload size (protection's tag included).
     pub fn max_datagram(&self) -> usize {
         DATA_OVERHEAD + self.max_payload as usize + self.protection.overhead()
@@ -193,4 +216,10 @@ impl Default for TransportConfig {
     fn default() -> Self {
         Self::default_profile()
     }
+}
+
+/// The payload that fills a 1500-byte IPv4 packet: 1500 - 20 (IP) - 8 (UDP) - our data
+/// header - what packet protection adds.
+pub fn mtu_payload(protection_overhead: usize) -> u16 {
+    (1472 - DATA_OVERHEAD - protection_overhead) as u16
 }

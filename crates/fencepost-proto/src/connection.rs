@@ -15,15 +15,16 @@
 use crate::assembler::{Arrival, Assembler};
 use crate::config::{Arq, FenceWidth, SendPolicy, TransportConfig};
 use crate::congestion::{AckBatch, Controller, DeliveryRateEstimator, RateSample};
+use crate::crypto::{self, AeadProtection, Cipher, ClientHandshake, HandshakeError, Pattern, PublicKey, StaticKey, RESET_TOKEN_LEN};
 use crate::disassembler::{Acked, Disassembler, SegmentState};
 use crate::protection::PacketProtection;
 use crate::redundancy::Redundancy;
-use crate::rtt::RttEstimator;
+use crate::rtt::{RttEstimator, RttHistory};
 use crate::stats::ConnectionStats;
 use crate::time::{Duration, Instant};
 use crate::timer::{Timer, TimerTable};
 use crate::trace::{LossTrigger, TraceEvent};
-use crate::wire::{self, Ack, Body, Close, Handshake, HandshakePhase, Header, Keepalive, Packet, PacketType, Reset, ResetReason};
+use crate::wire::{self, Ack, Body, Close, Handshake, HandshakePhase, Header, Keepalive, Packet, PacketType, Reset, ResetReason, SecureHandshake, StatelessReset};
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
@@ -59,6 +60,11 @@ pub enum ConnectionError {
     Reset(ResetReason),
     /// The application reset the connection.
     LocallyReset,
+    /// The stream made no progress for this long although data was outstanding: the
+    /// peer keeps the connection alive but nothing gets through.
+    NoProgress { stalled: Duration },
+    /// The handshake could not be set up or finished (a key that does not match, say).
+    Handshake(&'static str),
 }
 
 impl fmt::Display for ConnectionError {
@@ -69,6 +75,10 @@ impl fmt::Display for ConnectionError {
             }
             ConnectionError::Reset(reason) => write!(f, "reset by the peer ({reason:?})"),
             ConnectionError::LocallyReset => write!(f, "reset locally"),
+            ConnectionError::NoProgress { stalled } => {
+                write!(f, "no progress: the stream has not advanced for {:.3} s although data is outstanding", stalled.as_secs_f64())
+            }
+            ConnectionError::Handshake(why) => write!(f, "handshake failed: {why}"),
         }
     }
 }
@@ -135,6 +145,72 @@ pub struct Transmit {
     pub packet_type: PacketType,
 }
 
+/// What a connection needs that only its endpoint can give (wire format version 2).
+#[derive(Clone)]
+pub struct ConnectionSecrets {
+    /// Seeds the connection's ephemeral Noise key.
+    pub seed: [u8; 32],
+    /// This side's stateless-reset token, told to the peer in the handshake.
+    pub reset_token: [u8; RESET_TOKEN_LEN],
+    /// The endpoint's static key: the server's side of the handshake needs it.
+    pub static_key: Option<StaticKey>,
+}
+
+impl fmt::Debug for ConnectionSecrets {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConnectionSecrets").field("static_key", &self.static_key).finish_non_exhaustive()
+    }
+}
+
+impl ConnectionSecrets {
+    /// Secrets made from a number, for tests and harnesses that drive a connection
+    /// without an endpoint. Predictable: never for a connection that needs them secret.
+    pub fn from_seed(seed: u64) -> ConnectionSecrets {
+        use rand_core::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(seed);
+        let mut s = ConnectionSecrets { seed: [0; 32], reset_token: [0; RESET_TOKEN_LEN], static_key: None };
+        rng.fill_bytes(&mut s.seed);
+        rng.fill_bytes(&mut s.reset_token);
+        s.static_key = Some(StaticKey::generate(&mut rng));
+        s
+    }
+}
+
+/// A client's first handshake packet, as its server's endpoint received it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Hello {
+    V1(Handshake),
+    V2 { src_cid: u32, timestamp: u32, pattern: u8, cipher: u8, noise: Vec<u8>, size: usize },
+}
+
+impl Hello {
+    /// The client's connection id.
+    pub fn src_cid(&self) -> u32 {
+        match self {
+            Hello::V1(hs) => hs.src_cid,
+            Hello::V2 { src_cid, .. } => *src_cid,
+        }
+    }
+}
+
+/// Where a version 2 handshake stands.
+enum Secure {
+    /// Version 1: plaintext, nothing to do.
+    Off,
+    /// The client's Initial is out: its Noise message (resent as it is), and the retry token the server gave.
+    Client { handshake: Box<ClientHandshake>, token: Vec<u8>, retries: u32 },
+    /// After the Accept: its Noise message, to tell the server's repeats from forgeries.
+    ClientDone { accept: Vec<u8> },
+    /// The server answered: the Initial's Noise message and the Accept's, resent while the client repeats its Initial.
+    Server { initial: Vec<u8>, accept: Vec<u8> },
+}
+
+/// Retries a client follows before it stops taking tokens (a server asks once; more are an attacker's).
+const MAX_RETRIES: u32 = 4;
+/// The parameters in a version 2 handshake's Noise payload: (server: its id,) max payload, window, reset token.
+const CLIENT_PARAMETERS_LEN: usize = 2 + 4 + RESET_TOKEN_LEN;
+const SERVER_PARAMETERS_LEN: usize = 4 + CLIENT_PARAMETERS_LEN;
+
 /// The seed send loop's progress through the fence during one tick.
 #[derive(Clone, Copy, Debug, Default)]
 struct TickRound {
@@ -156,6 +232,12 @@ pub struct Connection {
     stats: ConnectionStats,
     error: Option<ConnectionError>,
     trace: Vec<TraceEvent>,
+    secure: Secure,
+    /// Our stateless-reset token (version 2), told to the peer in the handshake.
+    reset_token: [u8; RESET_TOKEN_LEN],
+    peer_reset_token: Option<[u8; RESET_TOKEN_LEN]>,
+    /// The server's static key, as the handshake proved it (version 2).
+    peer_static_key: Option<PublicKey>,
 
     // ---- send side ----
     disassembler: Disassembler,
@@ -167,7 +249,7 @@ pub struct Connection {
     /// Room for a datagram opened by a protection that does not work in place.
     open_scratch: Vec<u8>,
     rtt: RttEstimator,
-    rtt_samples: Vec<u32>,
+    rtt_history: RttHistory,
     /// min(our payload size, the peer's).
     payload_size: usize,
     peer_fence_base: u64,
@@ -195,6 +277,9 @@ pub struct Connection {
     tick: TickRound,
     last_sampled_echo: u32,
     write_blocked: bool,
+    /// (our lowest unacknowledged packet, the peer's fence base at us) when either last moved.
+    progress_position: (u64, u64),
+    last_progress: Instant,
 
     // ---- receive side ----
     assembler: Assembler,
@@ -224,7 +309,7 @@ impl fmt::Debug for Connection {
 }
 
 impl Connection {
-    fn new(config: Arc<TransportConfig>, side: Side, now: Instant, local_cid: u32, peer_cid: u32) -> Self {
+    fn new(config: Arc<TransportConfig>, side: Side, now: Instant, local_cid: u32, peer_cid: u32, secrets: &ConnectionSecrets) -> Self {
         let continuous = config.send_policy == SendPolicy::Continuous;
         let mss = config.max_datagram() as u64;
         let mut timers = TimerTable::default();
@@ -245,6 +330,10 @@ impl Connection {
             stats: ConnectionStats::default(),
             error: None,
             trace: Vec::new(),
+            secure: Secure::Off,
+            reset_token: secrets.reset_token,
+            peer_reset_token: None,
+            peer_static_key: None,
             disassembler: Disassembler::new(config.send_buffer, config.packet_per_write, continuous)
                 .with_protection_overhead(config.protection.overhead()),
             controller: config.controller.build(mss),
@@ -254,7 +343,7 @@ impl Connection {
             protection: config.protection.build(side),
             open_scratch: Vec::new(),
             rtt: RttEstimator::new(config.initial_rtt),
-            rtt_samples: Vec::new(),
+            rtt_history: RttHistory::default(),
             payload_size: config.max_payload as usize,
             peer_fence_base: 0,
             peer_window: 1,
@@ -275,6 +364,8 @@ impl Connection {
             tick: TickRound::default(),
             last_sampled_echo: 0,
             write_blocked: false,
+            progress_position: (0, 0),
+            last_progress: now,
             advertised_edge: assembler.window() as u64,
             assembler,
             ack_now: false,
@@ -291,19 +382,60 @@ impl Connection {
     }
 
     /// Opens a connection: the first `poll_transmit` yields the handshake Initial.
-    pub fn client(config: Arc<TransportConfig>, now: Instant, local_cid: u32) -> Self {
-        Connection::new(config, Side::Client, now, local_cid, 0)
+    pub fn client(config: Arc<TransportConfig>, now: Instant, local_cid: u32, secrets: &ConnectionSecrets) -> Self {
+        let mut conn = Connection::new(config, Side::Client, now, local_cid, 0, secrets);
+        if let Some(noise) = conn.config.protection.noise() {
+            let mut parameters = Vec::with_capacity(CLIENT_PARAMETERS_LEN);
+            parameters.extend_from_slice(&conn.config.max_payload.to_be_bytes());
+            parameters.extend_from_slice(&conn.assembler.window().to_be_bytes());
+            parameters.extend_from_slice(&conn.reset_token);
+            match ClientHandshake::start(noise, local_cid, secrets.seed, &parameters) {
+                Ok(handshake) => conn.secure = Secure::Client { handshake: Box::new(handshake), token: Vec::new(), retries: 0 },
+                Err(e) => conn.lose(ConnectionError::Handshake(e.0)),
+            }
+        }
+        conn
     }
 
-    /// Answers a client's Initial: the first `poll_transmit` yields the Accept.
-    pub fn server(config: Arc<TransportConfig>, now: Instant, local_cid: u32, initial: &Handshake) -> Self {
-        let mut conn = Connection::new(config, Side::Server, now, local_cid, initial.src_cid);
-        conn.take_handshake_parameters(initial);
-        conn.last_rx_timestamp = initial.timestamp;
+    /// Answers a client's Initial: the first `poll_transmit` yields the Accept. A version 2
+    /// Initial whose Noise message does not authenticate, or that the configuration does
+    /// not speak, creates nothing.
+    pub fn server(config: Arc<TransportConfig>, now: Instant, local_cid: u32, hello: &Hello, secrets: &ConnectionSecrets) -> Result<Self, HandshakeError> {
+        let mut conn = Connection::new(config, Side::Server, now, local_cid, hello.src_cid(), secrets);
+        match hello {
+            Hello::V1(initial) => {
+                if conn.config.protection.noise().is_some() {
+                    return Err(HandshakeError("a plaintext (version 1) Initial to a protected endpoint"));
+                }
+                conn.take_handshake_parameters(initial.max_payload, initial.window);
+                conn.last_rx_timestamp = initial.timestamp;
+                conn.stats.bytes_received += wire::HANDSHAKE_LEN as u64;
+            }
+            Hello::V2 { src_cid, timestamp, pattern, cipher, noise, size } => {
+                if conn.config.protection.noise().is_none() {
+                    return Err(HandshakeError("a protected (version 2) Initial to a plaintext endpoint"));
+                }
+                let pattern = Pattern::from_u8(*pattern).ok_or(HandshakeError("unknown handshake pattern"))?;
+                let cipher = Cipher::from_u8(*cipher).ok_or(HandshakeError("unknown cipher"))?;
+                let key = secrets.static_key.as_ref().ok_or(HandshakeError("the server has no static key"))?;
+                let mut parameters = Vec::with_capacity(SERVER_PARAMETERS_LEN);
+                parameters.extend_from_slice(&local_cid.to_be_bytes());
+                parameters.extend_from_slice(&conn.config.max_payload.to_be_bytes());
+                parameters.extend_from_slice(&conn.assembler.window().to_be_bytes());
+                parameters.extend_from_slice(&conn.reset_token);
+                let (client, accept, keys) = crypto::server_handshake(key, pattern, cipher, *src_cid, secrets.seed, noise, |_| parameters)?;
+                let (max_payload, window, token) = read_parameters(&client).ok_or(HandshakeError("the client's parameters do not parse"))?;
+                conn.take_handshake_parameters(max_payload, window);
+                conn.peer_reset_token = Some(token);
+                conn.protection = Box::new(AeadProtection::new(cipher, &keys, false));
+                conn.secure = Secure::Server { initial: noise.clone(), accept };
+                conn.last_rx_timestamp = *timestamp;
+                conn.stats.bytes_received += *size as u64;
+            }
+        }
         conn.last_rx_time = now;
         conn.stats.packets_received += 1;
-        conn.stats.bytes_received += wire::HANDSHAKE_LEN as u64;
-        conn
+        Ok(conn)
     }
 
     // ---- getters ----
@@ -323,15 +455,36 @@ impl Connection {
     pub fn config(&self) -> &TransportConfig {
         &self.config
     }
+    /// Received data this connection holds is charged to `budget` (its endpoint's) from now on.
+    pub fn set_buffer_budget(&mut self, budget: std::sync::Arc<crate::assembler::BufferBudget>) {
+        self.assembler.set_budget(budget);
+    }
+    /// Received bytes held in memory (readable, and out of order).
+    pub fn buffered_bytes(&self) -> usize {
+        self.assembler.buffered_bytes()
+    }
+    /// The packets are protected (wire format version 2).
+    pub fn is_protected(&self) -> bool {
+        !matches!(self.secure, Secure::Off)
+    }
+    /// The server's static key, once the handshake proved it (client side, version 2).
+    pub fn peer_static_key(&self) -> Option<PublicKey> {
+        self.peer_static_key
+    }
     pub fn stats(&self) -> &ConnectionStats {
         &self.stats
     }
     pub fn rtt(&self) -> &RttEstimator {
         &self.rtt
     }
-    /// Every RTT sample in microseconds, if `record_rtt_samples` is on.
+    /// RTT samples in microseconds, if `record_rtt_samples` is on: all of them, or an
+    /// evenly spaced subset once more than [`RttHistory::LIMIT`] arrived.
     pub fn rtt_samples(&self) -> &[u32] {
-        &self.rtt_samples
+        self.rtt_history.samples()
+    }
+    /// Every sample taken, its count and mean (whether kept or not).
+    pub fn rtt_history(&self) -> &RttHistory {
+        &self.rtt_history
     }
     pub fn congestion_window(&self) -> u64 {
         self.controller.window()
@@ -399,15 +552,131 @@ impl Connection {
             self.stats.malformed_packets += 1;
             return;
         };
-        if header.packet_type == PacketType::Handshake {
+        if header.version != self.config.protection.wire_version() {
+            // Plaintext packets never reach a protected connection, nor the reverse.
+            self.stats.unauthenticated_packets += 1;
+            return;
+        }
+        if header.version == wire::VERSION_2 {
+            match header.packet_type {
+                PacketType::Handshake => return self.handle_secure_handshake(now, datagram),
+                PacketType::StatelessReset => return self.handle_stateless_reset(now, datagram),
+                _ => {}
+            }
+        } else if header.packet_type == PacketType::Handshake {
             return self.handle_plain_datagram(now, datagram);
         }
         let mut scratch = std::mem::take(&mut self.open_scratch);
         match self.protection.open(datagram, &mut scratch) {
             Ok(plain) => self.handle_plain_datagram(now, plain),
+            Err(e) if e == crate::ProtectionError::REPLAYED => self.stats.replayed_packets += 1,
             Err(_) => self.stats.unauthenticated_packets += 1,
         }
         self.open_scratch = scratch;
+    }
+
+    /// A version 2 handshake packet: a repeated Initial (server), a Retry or the Accept (client).
+    fn handle_secure_handshake(&mut self, now: Instant, datagram: &[u8]) {
+        let Ok(packet) = SecureHandshake::parse(datagram) else {
+            self.stats.malformed_packets += 1;
+            return;
+        };
+        if matches!(self.state, State::Drained | State::Lost) {
+            return;
+        }
+        let addressed_here = match packet {
+            SecureHandshake::Initial { src_cid, .. } => self.side == Side::Server && src_cid == self.peer_cid,
+            SecureHandshake::Retry { dst_cid, .. } | SecureHandshake::Accept { dst_cid, .. } => self.side == Side::Client && dst_cid == self.local_cid,
+        };
+        if !addressed_here {
+            self.stats.foreign_packets += 1;
+            return;
+        }
+        let genuine = match (packet, &mut self.secure) {
+            (SecureHandshake::Initial { timestamp, noise, .. }, Secure::Server { initial, .. }) => {
+                // A repeat of the Initial we answered: our Accept was lost.
+                let repeat = initial.as_slice() == noise;
+                if repeat && self.state == State::Handshake {
+                    self.note_ack_eliciting(now, timestamp);
+                    self.handshake_due = true;
+                }
+                repeat
+            }
+            (SecureHandshake::Retry { token, .. }, Secure::Client { token: ours, retries, .. }) => {
+                let take = self.state == State::Handshake && *retries < MAX_RETRIES && !token.is_empty();
+                if take {
+                    *ours = token.to_vec();
+                    *retries += 1;
+                    self.stats.retries_received += 1;
+                    self.handshake_due = true;
+                }
+                take
+            }
+            (SecureHandshake::Accept { src_cid, echo_timestamp, noise, .. }, Secure::Client { handshake, .. }) => {
+                match handshake.finish(noise) {
+                    Ok((parameters, server_key, keys)) => match read_server_parameters(&parameters) {
+                        Some((cid, max_payload, window, token)) if cid == src_cid => {
+                            let cipher = handshake.cipher;
+                            self.secure = Secure::ClientDone { accept: noise.to_vec() };
+                            self.protection = Box::new(AeadProtection::new(cipher, &keys, true));
+                            self.peer_static_key = Some(server_key);
+                            self.peer_reset_token = Some(token);
+                            self.peer_cid = src_cid;
+                            self.take_handshake_parameters(max_payload, window);
+                            self.take_rtt_sample(now, echo_timestamp, 0);
+                            self.state = State::Established;
+                            self.rto_backoff = 0;
+                            self.events.push_back(Event::Connected);
+                            self.ack_now = true;
+                            true
+                        }
+                        _ => {
+                            self.stats.protocol_violations += 1;
+                            self.lose(ConnectionError::Handshake("the server's parameters do not parse"));
+                            return;
+                        }
+                    },
+                    Err(_) => false,
+                }
+            }
+            (SecureHandshake::Accept { noise, .. }, Secure::ClientDone { accept }) => {
+                // The server repeats its Accept until it hears from us: confirm again.
+                let repeat = accept.as_slice() == noise;
+                self.ack_now |= repeat;
+                repeat
+            }
+            _ => false,
+        };
+        if !genuine {
+            self.stats.unauthenticated_packets += 1;
+            return;
+        }
+        self.stats.packets_received += 1;
+        self.stats.bytes_received += datagram.len() as u64;
+        self.last_rx_any = now;
+        self.timers.set(Timer::Idle, now + self.config.idle_timeout);
+        self.trace_received(now, PacketType::Handshake, None, datagram.len());
+        self.update_timers(now);
+    }
+
+    /// A version 2 stateless reset: the peer lost the connection. Only the token it gave in its handshake proves it.
+    fn handle_stateless_reset(&mut self, now: Instant, datagram: &[u8]) {
+        let Ok(reset) = StatelessReset::parse(datagram) else {
+            self.stats.malformed_packets += 1;
+            return;
+        };
+        let proven = reset.cid == self.peer_cid && self.peer_reset_token.is_some_and(|t| crypto::constant_time_eq(&t, &reset.token));
+        if !proven {
+            self.stats.unauthenticated_packets += 1;
+            return;
+        }
+        if matches!(self.state, State::Closed | State::Drained | State::Lost) {
+            // Already finished: the peer forgot a connection that had nothing left to say.
+            return;
+        }
+        self.stats.packets_received += 1;
+        self.trace_received(now, PacketType::StatelessReset, None, datagram.len());
+        self.lose(ConnectionError::Reset(ResetReason::UnknownConnection));
     }
 
     /// A datagram after packet protection opened it.
@@ -473,6 +742,11 @@ impl Connection {
     /// Handles whatever timers expired by `now`; harmless when called early or twice.
     pub fn handle_timeout(&mut self, now: Instant) {
         if matches!(self.state, State::Drained | State::Lost) {
+            return;
+        }
+        if self.timers.take_expired(Timer::Progress, now) {
+            let stalled = now - self.last_progress;
+            self.lose(ConnectionError::NoProgress { stalled });
             return;
         }
         if self.timers.take_expired(Timer::Idle, now) {
@@ -650,9 +924,9 @@ impl Connection {
 
     // ---- internals: receiving ----
 
-    fn take_handshake_parameters(&mut self, hs: &Handshake) {
-        self.payload_size = (self.config.max_payload as usize).min(hs.max_payload as usize);
-        self.peer_window = hs.window as u64;
+    fn take_handshake_parameters(&mut self, max_payload: u16, window: u32) {
+        self.payload_size = (self.config.max_payload as usize).min(max_payload.max(wire::MIN_PAYLOAD) as usize);
+        self.peer_window = window as u64;
     }
 
     fn on_handshake(&mut self, now: Instant, hs: &Handshake) {
@@ -668,7 +942,7 @@ impl Connection {
             (Side::Client, HandshakePhase::Accept) => {
                 if self.state == State::Handshake {
                     self.peer_cid = hs.src_cid;
-                    self.take_handshake_parameters(hs);
+                    self.take_handshake_parameters(hs.max_payload, hs.window);
                     self.take_rtt_sample(now, hs.echo_timestamp, 0);
                     self.state = State::Established;
                     self.rto_backoff = 0;
@@ -737,6 +1011,10 @@ impl Connection {
                 self.stats.beyond_window_packets += 1;
                 self.ack_now |= continuous;
             }
+            Arrival::OverBudget => {
+                self.stats.over_budget_packets += 1;
+                self.ack_now |= continuous;
+            }
             Arrival::Violation => self.stats.protocol_violations += 1,
         }
         if self.config.trace && self.assembler.fence_base() > base_before {
@@ -773,7 +1051,7 @@ impl Connection {
         let sample = sample.max(1);
         self.rtt.update(Duration::from_micros(sample));
         if self.config.record_rtt_samples {
-            self.rtt_samples.push(sample.min(u32::MAX as u64) as u32);
+            self.rtt_history.push(sample.min(u32::MAX as u64) as u32);
         }
     }
 
@@ -990,7 +1268,8 @@ impl Connection {
 
     fn on_tick(&mut self) {
         match self.state {
-            State::Handshake => self.handshake_due = true,
+            State::Handshake if self.side == Side::Client => self.handshake_due = true,
+            State::Handshake => {}
             State::Established | State::Closed => {
                 self.ack_now = true;
                 let lowest = self.disassembler.lowest_unacked();
@@ -1072,6 +1351,28 @@ impl Connection {
     }
 
     fn emit_handshake(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        let timestamp = self.timestamp(now);
+        let secure = match &self.secure {
+            Secure::Off => None,
+            Secure::Client { handshake, token, .. } => Some(SecureHandshake::Initial {
+                src_cid: self.local_cid,
+                timestamp,
+                pattern: handshake.pattern as u8,
+                cipher: handshake.cipher as u8,
+                token,
+                noise: &handshake.message,
+            }),
+            Secure::Server { accept, .. } => {
+                Some(SecureHandshake::Accept { dst_cid: self.peer_cid, src_cid: self.local_cid, echo_timestamp: self.last_rx_timestamp, noise: accept })
+            }
+            // Nothing more to say in a handshake.
+            Secure::ClientDone { .. } => return None,
+        };
+        if let Some(packet) = secure {
+            let len = packet.emit(buf).ok()?;
+            self.stats.handshakes_sent += 1;
+            return self.finish_datagram(now, buf, len, PacketType::Handshake, None, false);
+        }
         let (phase, dst_cid) = match self.side {
             Side::Client => (HandshakePhase::Initial, 0),
             Side::Server => (HandshakePhase::Accept, self.peer_cid),
@@ -1080,7 +1381,7 @@ impl Connection {
         let hs = Handshake {
             phase,
             src_cid: self.local_cid,
-            timestamp: self.timestamp(now),
+            timestamp,
             echo_timestamp,
             max_payload: self.config.max_payload,
             window: self.assembler.window(),
@@ -1252,7 +1553,11 @@ impl Connection {
         let retransmit = match self.state {
             // Handshake packets are tiny and nothing works until one gets through: on a
             // lossy link, retrying at most every second beats backing off to the maximum.
-            State::Handshake if continuous => Some(self.last_handshake_sent + backed_off.min(rto.max(Duration::from_secs(1)))),
+            // Only the client repeats its handshake on a timer: the server answers each Initial
+            // once, so it never sends more than it receives to an address it has not heard twice from.
+            State::Handshake if continuous && self.side == Side::Client => {
+                Some(self.last_handshake_sent + backed_off.min(rto.max(Duration::from_secs(1))))
+            }
             State::Established | State::Closed if continuous => {
                 if let Some(oldest) = self.disassembler.oldest_in_flight() {
                     // Restarted by new acks and by its own expiry: without the latter, once the
@@ -1273,6 +1578,23 @@ impl Connection {
             _ => None,
         };
         self.timers.put(Timer::Keepalive, keepalive);
+        // Progress: valid packets keep restarting the idle timer, so only this ends a
+        // connection whose peer answers but lets nothing through.
+        let position = (self.disassembler.lowest_unacked(), self.assembler.fence_base());
+        if position != self.progress_position {
+            self.progress_position = position;
+            self.last_progress = now;
+        }
+        let outstanding = self.disassembler.bytes_in_flight() > 0 || self.assembler.has_holes();
+        match self.config.progress_timeout {
+            Some(limit) if outstanding && matches!(self.state, State::Established | State::Closed) => {
+                self.timers.set(Timer::Progress, self.last_progress + limit)
+            }
+            _ => {
+                self.last_progress = now;
+                self.timers.stop(Timer::Progress);
+            }
+        }
         if self.disassembler.bytes_in_flight() == 0 || self.config.arq != Arq::Fence {
             self.timers.stop(Timer::LossDetection);
         }
@@ -1304,4 +1626,25 @@ impl Connection {
             });
         }
     }
+}
+
+/// A client's handshake parameters: max payload, window, stateless-reset token.
+fn read_parameters(p: &[u8]) -> Option<(u16, u32, [u8; RESET_TOKEN_LEN])> {
+    if p.len() != CLIENT_PARAMETERS_LEN {
+        return None;
+    }
+    let max_payload = u16::from_be_bytes([p[0], p[1]]);
+    let window = u32::from_be_bytes([p[2], p[3], p[4], p[5]]);
+    let token = p[6..].try_into().ok()?;
+    (max_payload >= wire::MIN_PAYLOAD).then_some((max_payload, window, token))
+}
+
+/// A server's: its connection id, then the client's fields.
+fn read_server_parameters(p: &[u8]) -> Option<(u32, u16, u32, [u8; RESET_TOKEN_LEN])> {
+    if p.len() != SERVER_PARAMETERS_LEN {
+        return None;
+    }
+    let cid = u32::from_be_bytes([p[0], p[1], p[2], p[3]]);
+    let (max_payload, window, token) = read_parameters(&p[4..])?;
+    (cid != 0).then_some((cid, max_payload, window, token))
 }

@@ -5,6 +5,14 @@
 //! packet, so packets of an older connection between the same two addresses,
 //! and guesses by an off-path sender, find no connection and are dropped.
 //!
+//! # Wire format version 2
+//!
+//! With Noise protection the endpoint also holds a static key (a server's, made at
+//! random if the configuration gives none), validates addresses statelessly (an
+//! Initial without a valid retry token gets a Retry, smaller than the Initial, and
+//! nothing is kept), and answers protected packets for connections it does not
+//! know with a stateless reset that only the lost connection's peer can verify.
+//!
 //! # Work per event
 //!
 //! Nothing here scans every connection. Connections' deadlines live in a
@@ -24,12 +32,14 @@
 //! 3. [`Endpoint::poll_transmit`] until `None`, [`Endpoint::poll_event`] until `None`;
 //! 4. sleep until [`Endpoint::poll_timeout`] or the next datagram.
 
+use crate::assembler::BufferBudget;
 use crate::config::TransportConfig;
-use crate::connection::{Connection, Event, Transmit};
+use crate::connection::{Connection, ConnectionSecrets, Event, Hello, Transmit};
+use crate::crypto::{EndpointSecrets, HandshakeError, PublicKey, StaticKey};
 use crate::time::Instant;
-use crate::wire::{Body, Handshake, HandshakePhase, Header, Packet, PacketType, Reset, ResetReason};
+use crate::wire::{self, Body, Handshake, HandshakePhase, Header, Packet, PacketType, Reset, ResetReason, SecureHandshake, StatelessReset};
+use rand_chacha::ChaCha20Rng;
 use rand_core::{Rng, SeedableRng};
-use rand_xoshiro::Xoshiro256PlusPlus;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hash, Hasher};
@@ -46,11 +56,14 @@ pub struct EndpointConfig {
     pub accept_incoming: bool,
     /// Handshakes beyond this many live connections are refused.
     pub max_connections: usize,
+    /// Bytes of received data all connections together may hold (readable or out of
+    /// order); beyond it out-of-order packets are dropped until readers catch up.
+    pub buffer_budget: usize,
 }
 
 impl EndpointConfig {
     pub fn client(transport: TransportConfig) -> Self {
-        EndpointConfig { transport: Arc::new(transport), accept_incoming: false, max_connections: 4096 }
+        EndpointConfig { transport: Arc::new(transport), accept_incoming: false, max_connections: 4096, buffer_budget: 1 << 30 }
     }
     pub fn server(transport: TransportConfig) -> Self {
         EndpointConfig { transport: Arc::new(transport), accept_incoming: true, ..Self::client(TransportConfig::default()) }
@@ -69,6 +82,20 @@ pub struct EndpointStats {
     pub wrong_address: u64,
     /// A handshake this endpoint does not take (not a server, full, or the application said no).
     pub refused: u64,
+    /// Bytes of every datagram handed to the endpoint.
+    pub bytes_received: u64,
+    /// Packets of the other wire-format version (plaintext to a protected endpoint, or the reverse).
+    pub wrong_version: u64,
+    /// Retries sent to Initials without a valid token (version 2), and their bytes.
+    pub retries_sent: u64,
+    /// Initials with a token that was not ours, too old, or for another address.
+    pub invalid_tokens: u64,
+    /// Initials whose Noise message did not authenticate (forged, or for another server key).
+    pub forged_handshakes: u64,
+    /// Stateless resets sent for protected packets naming no connection of ours.
+    pub stateless_resets_sent: u64,
+    /// Bytes sent by the endpoint itself without a connection (retries, resets).
+    pub stateless_bytes_sent: u64,
 }
 
 /// What one datagram led to.
@@ -83,11 +110,12 @@ pub enum DatagramEvent<A> {
     Response { destination: A, transmit: Transmit },
 }
 
-/// A handshake Initial the endpoint has not yet decided on. Holds no resources.
+/// A handshake Initial the endpoint has not yet decided on. Holds no connection state
+/// (with protection, its address has been validated by a retry token).
 #[derive(Debug)]
 pub struct Incoming<A> {
     remote: A,
-    initial: Handshake,
+    hello: Hello,
     received: Instant,
 }
 
@@ -97,7 +125,7 @@ impl<A> Incoming<A> {
     }
     /// The client's connection id.
     pub fn peer_cid(&self) -> u32 {
-        self.initial.src_cid
+        self.hello.src_cid()
     }
 }
 
@@ -106,12 +134,15 @@ impl<A> Incoming<A> {
 pub enum AcceptError {
     /// The endpoint holds `max_connections` already.
     Full,
+    /// The Initial's handshake did not authenticate (or asked for what this endpoint does not speak).
+    Handshake(HandshakeError),
 }
 
 impl std::fmt::Display for AcceptError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             AcceptError::Full => write!(f, "the endpoint holds its maximum number of connections"),
+            AcceptError::Handshake(e) => write!(f, "{e}"),
         }
     }
 }
@@ -148,16 +179,23 @@ struct Entry<A> {
     ready: bool,
     has_events: bool,
     drained_reported: bool,
+    /// The connection's (remote, peer id) is in `by_peer`.
+    peer_known: bool,
 }
 
 pub struct Endpoint<A: Clone + Eq + Hash> {
     config: EndpointConfig,
-    rng: Xoshiro256PlusPlus,
+    rng: ChaCha20Rng,
+    secrets: EndpointSecrets,
+    budget: Arc<BufferBudget>,
+    /// This endpoint's static key (version 2).
+    static_key: Option<StaticKey>,
     connections: CidMap<Entry<A>>,
-    /// Server side: (client address, client's connection id) -> our connection id, so a
-    /// retransmitted Initial reaches the connection it already created. Keyed by what
-    /// a peer chooses, so it keeps the standard library's keyed hash.
-    by_initial: HashMap<(A, u32), u32>,
+    /// (peer address, peer's connection id) -> our connection id, so a retransmitted
+    /// Initial reaches the connection it already created and a stateless reset (which
+    /// names the peer's id) finds its connection. Keyed by what a peer chooses, so it
+    /// keeps the standard library's keyed hash.
+    by_peer: HashMap<(A, u32), u32>,
     /// Connections' deadlines, earliest first; an entry is current only if it matches `Entry::scheduled`.
     timers: BinaryHeap<Reverse<(Instant, u32)>>,
     /// Connections that may have something to send, in turn.
@@ -175,13 +213,32 @@ pub struct Endpoint<A: Clone + Eq + Hash> {
 }
 
 impl<A: Clone + Eq + Hash> Endpoint<A> {
-    /// `seed` drives connection-id choice; a real runtime seeds it from the OS.
+    /// An endpoint whose connection ids, keys and secrets all come from `seed`: for the
+    /// simulator and tests, where a run must repeat bit for bit. A real runtime uses
+    /// [`Endpoint::with_entropy`] with bytes from the OS.
     pub fn new(config: EndpointConfig, seed: u64) -> Self {
+        Self::from_rng(config, ChaCha20Rng::seed_from_u64(seed))
+    }
+
+    /// An endpoint seeded with 32 bytes from a secure random source.
+    pub fn with_entropy(config: EndpointConfig, entropy: [u8; 32]) -> Self {
+        Self::from_rng(config, ChaCha20Rng::from_seed(entropy))
+    }
+
+    fn from_rng(config: EndpointConfig, mut rng: ChaCha20Rng) -> Self {
+        let static_key = config.transport.protection.noise().map(|noise| match &noise.local {
+            Some(key) => key.clone(),
+            None => StaticKey::generate(&mut rng),
+        });
+        let secrets = EndpointSecrets::new(&mut rng, static_key.as_ref());
         Endpoint {
+            budget: BufferBudget::new(config.buffer_budget),
             config,
-            rng: Xoshiro256PlusPlus::seed_from_u64(seed),
+            rng,
+            secrets,
+            static_key,
             connections: CidMap::default(),
-            by_initial: HashMap::new(),
+            by_peer: HashMap::new(),
             timers: BinaryHeap::new(),
             ready: VecDeque::new(),
             touched: Vec::new(),
@@ -200,6 +257,14 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
     }
     pub fn config(&self) -> &EndpointConfig {
         &self.config
+    }
+    /// Received bytes all connections hold, against [`EndpointConfig::buffer_budget`].
+    pub fn buffered_bytes(&self) -> usize {
+        self.budget.used()
+    }
+    /// This endpoint's static public key (version 2): what clients pin with `--peer-key`.
+    pub fn public_key(&self) -> Option<PublicKey> {
+        self.static_key.as_ref().map(|k| k.public())
     }
     pub fn len(&self) -> usize {
         self.connections.len()
@@ -233,7 +298,8 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
     /// Opens a connection to `remote`; its handshake leaves on the next `poll_transmit`.
     pub fn connect(&mut self, now: Instant, remote: A) -> ConnectionHandle {
         let cid = self.fresh_cid();
-        let connection = Connection::client(self.config.transport.clone(), now, cid);
+        let secrets = self.connection_secrets(cid);
+        let connection = Connection::client(self.config.transport.clone(), now, cid, &secrets);
         self.insert(cid, connection, remote)
     }
 
@@ -244,16 +310,29 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
             return Err(AcceptError::Full);
         }
         let cid = self.fresh_cid();
-        let connection = Connection::server(self.config.transport.clone(), incoming.received, cid, &incoming.initial);
-        self.by_initial.insert((incoming.remote.clone(), incoming.initial.src_cid), cid);
-        Ok(self.insert(cid, connection, incoming.remote))
+        let secrets = self.connection_secrets(cid);
+        let connection = match Connection::server(self.config.transport.clone(), incoming.received, cid, &incoming.hello, &secrets) {
+            Ok(c) => c,
+            Err(e) => {
+                self.stats.forged_handshakes += 1;
+                return Err(AcceptError::Handshake(e));
+            }
+        };
+        self.by_peer.insert((incoming.remote.clone(), incoming.hello.src_cid()), cid);
+        let handle = self.insert(cid, connection, incoming.remote);
+        if let Some(entry) = self.connections.get_mut(&cid) {
+            entry.peer_known = true;
+        }
+        Ok(handle)
     }
 
-    /// Turns a peer away without keeping any state: writes a reset for it into
-    /// `buf` (the client learns at once instead of timing out). Send it to the address returned.
+    /// Turns a peer away without keeping any state. Version 1: writes a reset for it into
+    /// `buf` (the client learns at once instead of timing out); send it to the address
+    /// returned. Version 2 sends nothing: the client has no key yet to believe a refusal by.
     pub fn refuse(&mut self, incoming: Incoming<A>, buf: &mut [u8]) -> Option<(A, Transmit)> {
         self.stats.refused += 1;
-        let transmit = Self::reset_for(&incoming.initial, buf)?;
+        let Hello::V1(initial) = &incoming.hello else { return None };
+        let transmit = Self::reset_for(initial, buf)?;
         Some((incoming.remote, transmit))
     }
 
@@ -261,7 +340,9 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
     pub fn remove(&mut self, handle: ConnectionHandle) -> Option<Connection> {
         let entry = self.connections.remove(&handle.0)?;
         // Heap, ready and event entries naming it are skipped when they come up.
-        self.by_initial.remove(&(entry.remote.clone(), entry.connection.peer_cid()));
+        if entry.peer_known {
+            self.by_peer.remove(&(entry.remote.clone(), entry.connection.peer_cid()));
+        }
         Some(entry.connection)
     }
 
@@ -271,6 +352,7 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
     /// `None`: the datagram was dropped (and counted in [`EndpointStats`]).
     pub fn handle_datagram(&mut self, now: Instant, remote: A, datagram: &[u8], buf: &mut [u8]) -> Option<DatagramEvent<A>> {
         self.stats.datagrams_received += 1;
+        self.stats.bytes_received += datagram.len() as u64;
         let header = match Header::peek(datagram) {
             Ok(h) => h,
             Err(_) => {
@@ -278,32 +360,52 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
                 return None;
             }
         };
+        if header.version != self.config.transport.protection.wire_version() {
+            self.stats.wrong_version += 1;
+            return None;
+        }
+        if header.packet_type == PacketType::StatelessReset {
+            // It names the peer's id (the one the peer lost), not ours.
+            let Some(&cid) = self.by_peer.get(&(remote, header.dst_cid)) else {
+                self.stats.unknown_connection += 1;
+                return None;
+            };
+            return self.deliver(now, cid, datagram);
+        }
         if header.dst_cid != 0 {
             let Some(entry) = self.connections.get_mut(&header.dst_cid) else {
                 self.stats.unknown_connection += 1;
-                return None;
+                return self.stateless_reset(&header, datagram.len(), remote, buf);
             };
             if entry.remote != remote {
                 self.stats.wrong_address += 1;
                 return None;
             }
-            entry.connection.handle_datagram(now, datagram);
-            self.touch(header.dst_cid);
-            return Some(DatagramEvent::Connection(ConnectionHandle(header.dst_cid)));
+            return self.deliver(now, header.dst_cid, datagram);
         }
         // Only a handshake Initial carries connection id 0.
-        let initial = match Packet::parse(datagram) {
-            Ok(Packet { body: Body::Handshake(hs), .. }) if hs.phase == HandshakePhase::Initial => hs,
-            _ => {
-                self.stats.malformed += 1;
-                return None;
+        let (hello, token) = if header.version == wire::VERSION {
+            match Packet::parse(datagram) {
+                Ok(Packet { body: Body::Handshake(hs), .. }) if hs.phase == HandshakePhase::Initial => (Hello::V1(hs), None),
+                _ => {
+                    self.stats.malformed += 1;
+                    return None;
+                }
+            }
+        } else {
+            match SecureHandshake::parse(datagram) {
+                Ok(SecureHandshake::Initial { src_cid, timestamp, pattern, cipher, token, noise }) => {
+                    (Hello::V2 { src_cid, timestamp, pattern, cipher, noise: noise.to_vec(), size: datagram.len() }, Some(token))
+                }
+                _ => {
+                    self.stats.malformed += 1;
+                    return None;
+                }
             }
         };
-        if let Some(&cid) = self.by_initial.get(&(remote.clone(), initial.src_cid)) {
-            if let Some(entry) = self.connections.get_mut(&cid) {
-                entry.connection.handle_datagram(now, datagram);
-                self.touch(cid);
-                return Some(DatagramEvent::Connection(ConnectionHandle(cid)));
+        if let Some(&cid) = self.by_peer.get(&(remote.clone(), hello.src_cid())) {
+            if self.connections.contains_key(&cid) {
+                return self.deliver(now, cid, datagram);
             }
         }
         if !self.config.accept_incoming {
@@ -311,12 +413,60 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
             self.stats.refused += 1;
             return None;
         }
-        let incoming = Incoming { remote, initial, received: now };
+        if let (Some(token), Some(noise)) = (token, self.config.transport.protection.noise()) {
+            if noise.validate_addresses {
+                let now_ms = now.total_micros() / 1000;
+                let lifetime_ms = noise.retry_token_lifetime.total_micros() / 1000;
+                if !self.secrets.check_retry_token(token, now_ms, lifetime_ms, hello.src_cid(), &remote) {
+                    if !token.is_empty() {
+                        self.stats.invalid_tokens += 1;
+                    }
+                    return self.retry(now_ms, &hello, remote, buf);
+                }
+            }
+        }
+        let incoming = Incoming { remote, hello, received: now };
         if self.connections.len() >= self.config.max_connections {
             let (destination, transmit) = self.refuse(incoming, buf)?;
             return Some(DatagramEvent::Response { destination, transmit });
         }
         Some(DatagramEvent::NewConnection(incoming))
+    }
+
+    fn deliver(&mut self, now: Instant, cid: u32, datagram: &[u8]) -> Option<DatagramEvent<A>> {
+        let entry = self.connections.get_mut(&cid)?;
+        entry.connection.handle_datagram(now, datagram);
+        if !entry.peer_known && entry.connection.peer_cid() != 0 {
+            // A client learns its server's id from the Accept.
+            entry.peer_known = true;
+            self.by_peer.insert((entry.remote.clone(), entry.connection.peer_cid()), cid);
+        }
+        self.touch(cid);
+        Some(DatagramEvent::Connection(ConnectionHandle(cid)))
+    }
+
+    /// Asks a client to prove its address, keeping nothing: the token says who it was given to.
+    fn retry(&mut self, now_ms: u64, hello: &Hello, remote: A, buf: &mut [u8]) -> Option<DatagramEvent<A>> {
+        let token = self.secrets.retry_token(now_ms, hello.src_cid(), &remote);
+        let size = SecureHandshake::Retry { dst_cid: hello.src_cid(), token: &token }.emit(buf).ok()?;
+        self.stats.retries_sent += 1;
+        self.stats.stateless_bytes_sent += size as u64;
+        Some(DatagramEvent::Response { destination: remote, transmit: Transmit { size, packet_type: PacketType::Handshake } })
+    }
+
+    /// A protected packet for a connection we do not have: perhaps ours before a restart.
+    /// The reset is smaller than what triggered it, so it can never amplify, and a reset
+    /// never answers a reset, so two endpoints cannot loop.
+    fn stateless_reset(&mut self, header: &Header, len: usize, remote: A, buf: &mut [u8]) -> Option<DatagramEvent<A>> {
+        let protected = header.version == wire::VERSION_2 && !matches!(header.packet_type, PacketType::Handshake | PacketType::StatelessReset);
+        if !protected || len <= wire::STATELESS_RESET_LEN {
+            return None;
+        }
+        let reset = StatelessReset { cid: header.dst_cid, token: self.secrets.reset_token(header.dst_cid) };
+        let size = reset.emit(buf).ok()?;
+        self.stats.stateless_resets_sent += 1;
+        self.stats.stateless_bytes_sent += size as u64;
+        Some(DatagramEvent::Response { destination: remote, transmit: Transmit { size, packet_type: PacketType::StatelessReset } })
     }
 
     /// Handles every connection timer due by `now`; harmless when called early or twice.
@@ -403,6 +553,12 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
 
     // ---- internals ----
 
+    fn connection_secrets(&mut self, cid: u32) -> ConnectionSecrets {
+        let mut seed = [0u8; 32];
+        self.rng.fill_bytes(&mut seed);
+        ConnectionSecrets { seed, reset_token: self.secrets.reset_token(cid), static_key: self.static_key.clone() }
+    }
+
     fn fresh_cid(&mut self) -> u32 {
         loop {
             let cid = self.rng.next_u32();
@@ -412,10 +568,20 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
         }
     }
 
-    fn insert(&mut self, cid: u32, connection: Connection, remote: A) -> ConnectionHandle {
+    fn insert(&mut self, cid: u32, mut connection: Connection, remote: A) -> ConnectionHandle {
+        connection.set_buffer_budget(self.budget.clone());
         self.connections.insert(
             cid,
-            Entry { connection, remote, scheduled: None, touched: false, ready: false, has_events: false, drained_reported: false },
+            Entry {
+                connection,
+                remote,
+                scheduled: None,
+                touched: false,
+                ready: false,
+                has_events: false,
+                drained_reported: false,
+                peer_known: false,
+            },
         );
         self.touch(cid);
         ConnectionHandle(cid)
@@ -515,16 +681,21 @@ mod tests {
         }
     }
 
-    fn pair(max_connections: usize) -> Net {
-        let client = Endpoint::new(EndpointConfig::client(TransportConfig::default()), 1);
-        let mut server = Endpoint::new(EndpointConfig::server(TransportConfig::default()), 2);
+    fn pair_with(transport: TransportConfig, max_connections: usize) -> Net {
+        let client = Endpoint::new(EndpointConfig::client(transport.clone()), 1);
+        let mut server = Endpoint::new(EndpointConfig::server(transport), 2);
         server.config.max_connections = max_connections;
         (client, server)
     }
 
+    fn pair(max_connections: usize) -> Net {
+        pair_with(TransportConfig::default(), max_connections)
+    }
+
     #[test]
     fn a_full_server_refuses_without_keeping_state() {
-        let mut net = pair(2);
+        // Version 1 tells the refused client with a reset.
+        let mut net = pair_with(TransportConfig::default().insecure(), 2);
         let t = Instant::from_millis(1);
         let handles: Vec<_> = (0..3).map(|_| net.0.connect(t, 1)).collect();
         exchange(&mut net, t);
@@ -582,5 +753,163 @@ mod tests {
             assert_eq!(net.0.poll_timeout(), net.0.connection(h).unwrap().poll_timeout());
         }
         assert!(net.0.timers.len() <= 4 + 1024 + 1, "stale heap entries are compacted: {}", net.0.timers.len());
+    }
+
+    fn established(net: &mut Net, t: Instant) -> ConnectionHandle {
+        let h = net.0.connect(t, 1);
+        exchange(net, t);
+        assert_eq!(net.0.connection(h).unwrap().state(), State::Established);
+        h
+    }
+
+    /// The client's next datagram, as it would leave.
+    fn next_datagram(ep: &mut Endpoint<u8>, now: Instant) -> Vec<u8> {
+        let mut buf = vec![0u8; 2048];
+        let (_, t) = ep.poll_transmit(now, &mut buf).expect("something to send");
+        buf[..t.size].to_vec()
+    }
+
+    #[test]
+    fn a_protected_handshake_validates_the_address_before_keeping_anything() {
+        let mut net = pair(10);
+        let t = Instant::from_millis(1);
+        let h = net.0.connect(t, 1);
+        let initial = next_datagram(&mut net.0, t);
+        assert!(initial.len() >= wire::MIN_INITIAL_LEN);
+        let mut response = vec![0u8; 2048];
+        // Without a token: a Retry smaller than the Initial, and no state.
+        let Some(DatagramEvent::Response { transmit, .. }) = net.1.handle_datagram(t, 0, &initial, &mut response) else { panic!("a retry") };
+        assert!(transmit.size < initial.len());
+        assert_eq!(net.1.len(), 0);
+        net.0.handle_datagram(t, 1, &response[..transmit.size], &mut []);
+        exchange(&mut net, t);
+        assert_eq!(net.1.len(), 1);
+        assert_eq!(net.1.stats().retries_sent, 1);
+        let client = net.0.connection(h).unwrap();
+        assert_eq!(client.state(), State::Established);
+        assert!(client.is_protected());
+        assert_eq!(client.peer_static_key(), net.1.public_key(), "the client learned the server's key (NX)");
+        // Data crosses sealed.
+        net.0.connection_mut(h).unwrap().write(b"sealed hello").unwrap();
+        let sealed = next_datagram(&mut net.0, t);
+        assert!(!sealed.windows(12).any(|w| w == b"sealed hello"), "the payload is not on the wire in clear");
+        net.1.handle_datagram(t, 0, &sealed, &mut response);
+        let server = net.1.handles().next().unwrap();
+        let mut got = [0u8; 64];
+        let n = net.1.connection_mut(server).unwrap().read(&mut got).unwrap();
+        assert_eq!(&got[..n], b"sealed hello");
+    }
+
+    #[test]
+    fn a_client_that_knows_the_server_key_refuses_an_impostor() {
+        let server_key = StaticKey::from_seed([1; 32]);
+        let mut transport = TransportConfig::default();
+        let crate::ProtectionConfig::Noise(noise) = &mut transport.protection else { unreachable!() };
+        noise.peer = Some(StaticKey::from_seed([2; 32]).public());
+        noise.local = Some(server_key);
+        let mut net = pair_with(transport, 10);
+        let t = Instant::from_millis(1);
+        let h = net.0.connect(t, 1);
+        exchange(&mut net, t);
+        // Pattern NK with the wrong key: the server cannot read the Initial, nothing is created.
+        assert_eq!(net.0.connection(h).unwrap().state(), State::Handshake);
+        assert_eq!(net.1.len(), 0);
+        assert!(net.1.stats().forged_handshakes >= 1);
+    }
+
+    #[test]
+    fn spoofed_initials_get_retries_no_larger_than_themselves_and_leave_nothing() {
+        let mut net = pair(10);
+        let t = Instant::from_millis(1);
+        net.0.connect(t, 1);
+        let initial = next_datagram(&mut net.0, t);
+        let mut response = vec![0u8; 2048];
+        let mut received = 0;
+        let mut sent = 0;
+        for from in 0..=255u8 {
+            received += initial.len();
+            if let Some(DatagramEvent::Response { transmit, .. }) = net.1.handle_datagram(t, from, &initial, &mut response) {
+                sent += transmit.size;
+            }
+        }
+        assert_eq!(net.1.len(), 0);
+        assert!(sent <= received, "sent {sent} for {received}");
+        assert_eq!(net.1.stats().stateless_bytes_sent as usize, sent);
+        // A token given to one address does not work from another.
+        let Some(DatagramEvent::Response { transmit, .. }) = net.1.handle_datagram(t, 7, &initial, &mut response) else { panic!() };
+        net.0.handle_datagram(t, 1, &response[..transmit.size], &mut []);
+        let with_token = next_datagram(&mut net.0, t);
+        assert!(matches!(net.1.handle_datagram(t, 8, &with_token, &mut response), Some(DatagramEvent::Response { .. })));
+        assert_eq!(net.1.stats().invalid_tokens, 1);
+        assert!(matches!(net.1.handle_datagram(t, 7, &with_token, &mut response), Some(DatagramEvent::NewConnection(_))));
+        // Nor once it is too old.
+        let late = t + crate::time::Duration::from_secs(11);
+        assert!(matches!(net.1.handle_datagram(late, 7, &with_token, &mut response), Some(DatagramEvent::Response { .. })));
+    }
+
+    #[test]
+    fn forged_and_replayed_packets_are_counted_and_change_nothing() {
+        let mut net = pair(10);
+        let t = Instant::from_millis(1);
+        let h = established(&mut net, t);
+        let server = net.1.handles().next().unwrap();
+        net.0.connection_mut(h).unwrap().write(b"one").unwrap();
+        let genuine = next_datagram(&mut net.0, t);
+        let mut response = vec![0u8; 2048];
+        net.1.handle_datagram(t, 0, &genuine, &mut response);
+        let before = net.1.connection(server).unwrap().stats().clone();
+        // A replay; a forgery of the next packet (a flipped bit) ahead of the real one; a forged stateless reset.
+        net.1.handle_datagram(t, 0, &genuine, &mut response);
+        net.0.connection_mut(h).unwrap().write(b"two").unwrap();
+        let second = next_datagram(&mut net.0, t);
+        let mut flipped = second.clone();
+        *flipped.last_mut().unwrap() ^= 1;
+        net.1.handle_datagram(t, 0, &flipped, &mut response);
+        let peer = net.1.connection(server).unwrap().peer_cid();
+        let n = StatelessReset { cid: peer, token: [0x55; 16] }.emit(&mut response).unwrap();
+        let forged_reset = response[..n].to_vec();
+        net.1.handle_datagram(t, 0, &forged_reset, &mut response);
+        let stats = net.1.connection(server).unwrap().stats();
+        assert_eq!(stats.replayed_packets, before.replayed_packets + 1);
+        assert_eq!(stats.unauthenticated_packets, before.unauthenticated_packets + 2);
+        assert_eq!(stats.data_packets_received, before.data_packets_received);
+        assert_eq!(net.1.connection(server).unwrap().state(), State::Established);
+        // The forgery did not use up the real packet's number.
+        net.1.handle_datagram(t, 0, &second, &mut response);
+        let mut got = [0u8; 16];
+        assert_eq!(net.1.connection_mut(server).unwrap().read(&mut got).unwrap(), 6);
+        assert_eq!(&got[..6], b"onetwo");
+        // A forged Accept to the established client, and a Retry: dropped, counted.
+        let client_stats = net.0.connection(h).unwrap().stats().unauthenticated_packets;
+        let n = SecureHandshake::Retry { dst_cid: h.0, token: &[1; 24] }.emit(&mut response).unwrap();
+        let retry = response[..n].to_vec();
+        net.0.handle_datagram(t, 1, &retry, &mut []);
+        let n = SecureHandshake::Accept { dst_cid: h.0, src_cid: peer, echo_timestamp: 1, noise: &[7; 90] }.emit(&mut response).unwrap();
+        let accept = response[..n].to_vec();
+        net.0.handle_datagram(t, 1, &accept, &mut []);
+        assert_eq!(net.0.connection(h).unwrap().stats().unauthenticated_packets, client_stats + 2);
+        assert_eq!(net.0.connection(h).unwrap().state(), State::Established);
+    }
+
+    #[test]
+    fn a_server_that_lost_a_connection_resets_it_statelessly_even_after_a_restart() {
+        let mut transport = TransportConfig::default();
+        let crate::ProtectionConfig::Noise(noise) = &mut transport.protection else { unreachable!() };
+        noise.local = Some(StaticKey::from_seed([3; 32]));
+        for restart in [false, true] {
+            let mut net = pair_with(transport.clone(), 10);
+            let t = Instant::from_millis(1);
+            let h = established(&mut net, t);
+            if restart {
+                net.1 = Endpoint::new(EndpointConfig::server(transport.clone()), 99);
+            } else {
+                let server = net.1.handles().next().unwrap();
+                net.1.remove(server);
+            }
+            net.0.connection_mut(h).unwrap().write(b"anyone there?").unwrap();
+            exchange(&mut net, t);
+            assert_eq!(net.1.stats().stateless_resets_sent, 1);
+            assert_eq!(net.0.connection(h).unwrap().error(), Some(&crate::ConnectionError::Reset(ResetReason::UnknownConnection)));
+        }
     }
 }

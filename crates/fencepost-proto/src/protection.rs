@@ -4,10 +4,12 @@
 //! rest) and opens what arrives. Handshake packets are left as they are: they
 //! carry what a protection scheme needs to set itself up.
 //!
-//! Only the null protection is built in so far (wire format version 1 sends
-//! plaintext); [`ProtectionConfig::Custom`] takes a scheme from outside the crate.
+//! Two schemes are built in: none (wire format version 1, plaintext) and Noise
+//! (version 2: a Noise handshake, then AEAD packets; see [`crate::crypto`]).
+//! [`ProtectionConfig::Custom`] takes a scheme from outside the crate.
 
 use crate::connection::Side;
+use crate::crypto::{NoiseConfig, PROTECTION_OVERHEAD};
 use std::fmt;
 use std::sync::Arc;
 
@@ -22,6 +24,11 @@ impl fmt::Display for ProtectionError {
 }
 
 impl std::error::Error for ProtectionError {}
+
+impl ProtectionError {
+    /// The packet authenticated once already: a copy, replayed or duplicated on the way.
+    pub const REPLAYED: ProtectionError = ProtectionError("replayed packet");
+}
 
 pub trait PacketProtection: fmt::Debug + Send {
     /// Bytes a sealed packet is longer than the plaintext (an authentication tag).
@@ -52,6 +59,8 @@ pub enum ProtectionConfig {
     /// Plaintext: what wire format version 1 specifies.
     #[default]
     None,
+    /// Wire format version 2: a Noise handshake, then every packet sealed with an AEAD.
+    Noise(NoiseConfig),
     /// A scheme from outside this crate.
     Custom(Arc<dyn ProtectionFactory>),
 }
@@ -60,6 +69,7 @@ impl PartialEq for ProtectionConfig {
     fn eq(&self, other: &Self) -> bool {
         match (self, other) {
             (ProtectionConfig::None, ProtectionConfig::None) => true,
+            (ProtectionConfig::Noise(a), ProtectionConfig::Noise(b)) => a == b,
             (ProtectionConfig::Custom(a), ProtectionConfig::Custom(b)) => Arc::ptr_eq(a, b),
             _ => false,
         }
@@ -70,6 +80,8 @@ impl ProtectionConfig {
     pub fn build(&self, side: Side) -> Box<dyn PacketProtection> {
         match self {
             ProtectionConfig::None => Box::new(NullProtection),
+            // The handshake installs the real keys; until then nothing opens or seals.
+            ProtectionConfig::Noise(_) => Box::new(AwaitingKeys),
             ProtectionConfig::Custom(factory) => factory.build(side),
         }
     }
@@ -77,6 +89,7 @@ impl ProtectionConfig {
     pub fn overhead(&self) -> usize {
         match self {
             ProtectionConfig::None => 0,
+            ProtectionConfig::Noise(_) => PROTECTION_OVERHEAD,
             ProtectionConfig::Custom(factory) => factory.overhead(),
         }
     }
@@ -84,8 +97,22 @@ impl ProtectionConfig {
     pub fn name(&self) -> &str {
         match self {
             ProtectionConfig::None => "none",
+            ProtectionConfig::Noise(n) => n.cipher.name(),
             ProtectionConfig::Custom(factory) => factory.name(),
         }
+    }
+
+    /// The Noise settings, when this is wire format version 2.
+    pub fn noise(&self) -> Option<&NoiseConfig> {
+        match self {
+            ProtectionConfig::Noise(n) => Some(n),
+            _ => None,
+        }
+    }
+
+    /// The wire-format version a connection with this protection speaks.
+    pub fn wire_version(&self) -> u8 {
+        if self.noise().is_some() { 2 } else { 1 }
     }
 }
 
@@ -105,5 +132,24 @@ impl PacketProtection for NullProtection {
     }
     fn name(&self) -> &str {
         "none"
+    }
+}
+
+/// Noise protection before its handshake has finished: nothing seals or opens.
+#[derive(Debug)]
+pub struct AwaitingKeys;
+
+impl PacketProtection for AwaitingKeys {
+    fn overhead(&self) -> usize {
+        PROTECTION_OVERHEAD
+    }
+    fn seal(&mut self, _packet: &mut [u8], _len: usize) -> Result<usize, ProtectionError> {
+        Err(ProtectionError("no keys before the handshake finishes"))
+    }
+    fn open<'a>(&mut self, _datagram: &'a [u8], _scratch: &'a mut Vec<u8>) -> Result<&'a [u8], ProtectionError> {
+        Err(ProtectionError("no keys before the handshake finishes"))
+    }
+    fn name(&self) -> &str {
+        "awaiting keys"
     }
 }

@@ -75,9 +75,71 @@ impl std::ops::Div<u64> for Duration {
     }
 }
 
+/// Samples a connection keeps for reports, in bounded memory: every sample counts
+/// toward the count and the mean; at most [`RttHistory::LIMIT`] are kept, evenly
+/// spaced over the connection's life (when full, every other one goes and from then
+/// on only every second sample is kept, then every fourth...).
+#[derive(Clone, Debug, Default)]
+pub struct RttHistory {
+    kept: Vec<u32>,
+    stride: u64,
+    count: u64,
+    sum_us: u64,
+}
+
+impl RttHistory {
+    pub const LIMIT: usize = 16_384;
+
+    pub fn push(&mut self, sample_us: u32) {
+        let stride = self.stride.max(1);
+        if self.count % stride == 0 {
+            self.kept.push(sample_us);
+            if self.kept.len() >= Self::LIMIT {
+                let mut i = 0;
+                self.kept.retain(|_| {
+                    i += 1;
+                    i % 2 == 1
+                });
+                self.stride = stride * 2;
+            }
+        }
+        self.count += 1;
+        self.sum_us = self.sum_us.saturating_add(sample_us as u64);
+    }
+
+    /// The kept samples (all of them while fewer than the limit arrived), in microseconds.
+    pub fn samples(&self) -> &[u32] {
+        &self.kept
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// The mean of every sample, kept or not.
+    pub fn mean_us(&self) -> Option<f64> {
+        (self.count > 0).then(|| self.sum_us as f64 / self.count as f64)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_history_stays_bounded_and_evenly_spread() {
+        let mut h = RttHistory::default();
+        for i in 0..1_000_000u32 {
+            h.push(i);
+        }
+        assert_eq!(h.count(), 1_000_000);
+        assert!(h.samples().len() < RttHistory::LIMIT && h.samples().len() > RttHistory::LIMIT / 2, "{}", h.samples().len());
+        assert_eq!(h.mean_us(), Some(499_999.5));
+        // Evenly spaced: one stride apart from the first sample on.
+        let stride = h.samples()[1] - h.samples()[0];
+        assert!(h.samples().windows(2).all(|w| w[1] - w[0] == stride));
+        assert_eq!(h.samples()[0], 0);
+    }
 
     #[test]
     fn follows_rfc6298_smoothing() {

@@ -28,12 +28,18 @@ pub struct ConnectionStats {
     pub malformed_packets: u64,
     /// Datagrams packet protection refused to open (forged, corrupted, another key).
     pub unauthenticated_packets: u64,
+    /// Protected packets that authenticated once already (replayed, or duplicated on the way).
+    pub replayed_packets: u64,
+    /// Retry tokens taken from the server (version 2 address validation).
+    pub retries_received: u64,
     /// Well-formed packets for another connection id (an old connection, or an off-path sender).
     pub foreign_packets: u64,
     /// Packets that contradicted the protocol (data past the FIN, acks for unsent data).
     pub protocol_violations: u64,
-    /// Data packets dropped because they were beyond the advertised window.
+    /// Data packets dropped because they were beyond the advertised window (or the receive buffer).
     pub beyond_window_packets: u64,
+    /// Data packets dropped because the endpoint's buffer budget was spent.
+    pub over_budget_packets: u64,
 
     /// Transmissions presumed lost (by fence holes, duplicate acks or timeouts).
     pub packets_lost: u64,

@@ -18,9 +18,11 @@ pub(crate) enum Timer {
     Idle = 5,
     /// Time to prove liveness to the peer.
     Keepalive = 6,
+    /// Neither stream advanced for the progress timeout while data was outstanding.
+    Progress = 7,
 }
 
-const COUNT: usize = 7;
+const COUNT: usize = 8;
 
 #[derive(Clone, Debug, Default)]
 pub(crate) struct TimerTable {

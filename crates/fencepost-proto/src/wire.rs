@@ -1,4 +1,6 @@
-//! The wire format, version 1: parse and emit every packet type.
+//! The wire format: version 1 (plaintext) and version 2's cleartext parts (its
+//! handshake packets and the stateless reset; the bodies of its protected
+//! packets are version 1's, sealed by [`crate::crypto::AeadProtection`]).
 //!
 //! `docs/protocol.md` is the specification; the test vectors at the bottom of this
 //! file are the ones printed there. Parsing never panics: any byte string yields a
@@ -7,8 +9,18 @@
 
 use std::fmt;
 
-/// The only version this implementation speaks.
+/// The plaintext version; also the layout of a protected packet's opened body.
 pub const VERSION: u8 = 1;
+/// The protected version: a Noise handshake, then AEAD packets.
+pub const VERSION_2: u8 = 2;
+/// Version 2 Initials are padded to at least this many bytes, so that nothing a server
+/// sends in answer (a Retry, an Accept) is larger than what it received.
+pub const MIN_INITIAL_LEN: usize = 256;
+/// Version 2 stateless reset: header (6, the connection id field naming the sender's
+/// own lost id) + token (16).
+pub const STATELESS_RESET_LEN: usize = HEADER_LEN + 16;
+/// The handshake phase byte of a version 2 Retry.
+pub const PHASE_RETRY: u8 = 3;
 /// version (1) + type (1) + destination connection id (4).
 pub const HEADER_LEN: usize = 6;
 /// Header + sequence number (4) + timestamp (4): the bytes a data packet spends before its payload.
@@ -32,6 +44,8 @@ pub enum PacketType {
     Close = 4,
     Reset = 5,
     Keepalive = 6,
+    /// Version 2 only: a reset proved by a token instead of a key.
+    StatelessReset = 7,
 }
 
 impl PacketType {
@@ -43,6 +57,7 @@ impl PacketType {
             4 => PacketType::Close,
             5 => PacketType::Reset,
             6 => PacketType::Keepalive,
+            7 => PacketType::StatelessReset,
             _ => return None,
         })
     }
@@ -215,9 +230,11 @@ pub struct Packet<'a> {
     pub body: Body<'a>,
 }
 
-/// The fixed header, readable without parsing the rest: what an endpoint needs to route a datagram.
+/// The fixed header, readable without parsing the rest: what an endpoint needs to
+/// route a datagram. The same 6 bytes start every packet of both versions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Header {
+    pub version: u8,
     pub packet_type: PacketType,
     pub dst_cid: u32,
 }
@@ -227,18 +244,26 @@ impl Header {
         let mut r = Reader::new(bytes);
         r.need(HEADER_LEN)?;
         let version = r.u8();
-        if version != VERSION {
+        if version != VERSION && version != VERSION_2 {
             return Err(DecodeError::UnsupportedVersion(version));
         }
         let code = r.u8();
-        let packet_type = PacketType::from_u8(code).ok_or(DecodeError::UnknownType(code))?;
-        Ok(Header { packet_type, dst_cid: r.u32() })
+        let packet_type = match PacketType::from_u8(code) {
+            Some(PacketType::StatelessReset) if version == VERSION => None,
+            other => other,
+        };
+        let packet_type = packet_type.ok_or(DecodeError::UnknownType(code))?;
+        Ok(Header { version, packet_type, dst_cid: r.u32() })
     }
 }
 
 impl<'a> Packet<'a> {
+    /// A version 1 packet (or a version 2 packet's opened body, laid out as version 1).
     pub fn parse(bytes: &'a [u8]) -> Result<Packet<'a>, DecodeError> {
         let header = Header::peek(bytes)?;
+        if header.version != VERSION {
+            return Err(DecodeError::UnsupportedVersion(header.version));
+        }
         let mut r = Reader::new(&bytes[HEADER_LEN..]);
         let body = match header.packet_type {
             PacketType::Handshake => {
@@ -304,6 +329,7 @@ impl<'a> Packet<'a> {
                 r.finish()?;
                 Body::Keepalive(ka)
             }
+            PacketType::StatelessReset => unreachable!("Header::peek refuses type 7 in version 1"),
         };
         if header.dst_cid == 0 && !matches!(body, Body::Handshake(_)) {
             return Err(DecodeError::InvalidField("dst_cid"));
@@ -399,6 +425,179 @@ pub fn emit_data_header_in_place(
     w.u32(seq);
     w.u32(timestamp);
     Ok(len)
+}
+
+/// A version 2 handshake packet. The Noise messages are opaque here: the
+/// connection's handshake reads and writes them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SecureHandshake<'a> {
+    /// Client to server (destination id 0), padded to [`MIN_INITIAL_LEN`]. `token` is
+    /// empty until a Retry gave one.
+    Initial { src_cid: u32, timestamp: u32, pattern: u8, cipher: u8, token: &'a [u8], noise: &'a [u8] },
+    /// Server to client: prove you receive at your address by sending the Initial again with this token.
+    Retry { dst_cid: u32, token: &'a [u8] },
+    /// Server to client: the server's id, the Initial's timestamp echoed, and the second Noise message.
+    Accept { dst_cid: u32, src_cid: u32, echo_timestamp: u32, noise: &'a [u8] },
+}
+
+impl<'a> SecureHandshake<'a> {
+    pub fn parse(bytes: &'a [u8]) -> Result<SecureHandshake<'a>, DecodeError> {
+        let header = Header::peek(bytes)?;
+        if header.version != VERSION_2 {
+            return Err(DecodeError::UnsupportedVersion(header.version));
+        }
+        if header.packet_type != PacketType::Handshake {
+            return Err(DecodeError::InvalidField("type"));
+        }
+        let mut r = Reader::new(&bytes[HEADER_LEN..]);
+        r.need(1)?;
+        let phase = r.u8();
+        if (phase == HandshakePhase::Initial as u8) != (header.dst_cid == 0) {
+            return Err(DecodeError::InvalidField("dst_cid"));
+        }
+        match phase {
+            1 => {
+                if bytes.len() < MIN_INITIAL_LEN {
+                    return Err(DecodeError::Truncated { needed: MIN_INITIAL_LEN, got: bytes.len() });
+                }
+                r.need(11)?;
+                let src_cid = r.u32();
+                let timestamp = r.u32();
+                let pattern = r.u8();
+                let cipher = r.u8();
+                let token_len = r.u8() as usize;
+                r.need(token_len + 2)?;
+                let token = r.take(token_len);
+                let noise_len = r.u16() as usize;
+                r.need(noise_len)?;
+                let noise = r.take(noise_len);
+                // The rest is padding; its content carries nothing.
+                if src_cid == 0 {
+                    return Err(DecodeError::InvalidField("src_cid"));
+                }
+                Ok(SecureHandshake::Initial { src_cid, timestamp, pattern, cipher, token, noise })
+            }
+            2 => {
+                r.need(10)?;
+                let src_cid = r.u32();
+                let echo_timestamp = r.u32();
+                let noise_len = r.u16() as usize;
+                r.need(noise_len)?;
+                let noise = r.take(noise_len);
+                r.finish()?;
+                if src_cid == 0 {
+                    return Err(DecodeError::InvalidField("src_cid"));
+                }
+                Ok(SecureHandshake::Accept { dst_cid: header.dst_cid, src_cid, echo_timestamp, noise })
+            }
+            PHASE_RETRY => {
+                r.need(1)?;
+                let token_len = r.u8() as usize;
+                r.need(token_len)?;
+                let token = r.take(token_len);
+                r.finish()?;
+                Ok(SecureHandshake::Retry { dst_cid: header.dst_cid, token })
+            }
+            _ => Err(DecodeError::InvalidField("phase")),
+        }
+    }
+
+    /// Writes the packet at the start of `buf` (an Initial padded with zeros) and returns its length.
+    pub fn emit(&self, buf: &mut [u8]) -> Result<usize, EncodeError> {
+        let field = |len: usize, name| u16::try_from(len).map_err(|_| EncodeError::FieldTooLarge(name));
+        let (len, dst_cid, phase) = match self {
+            SecureHandshake::Initial { token, noise, .. } => {
+                if token.len() > 255 {
+                    return Err(EncodeError::FieldTooLarge("token"));
+                }
+                field(noise.len(), "noise")?;
+                ((HEADER_LEN + 14 + token.len() + noise.len()).max(MIN_INITIAL_LEN), 0, HandshakePhase::Initial as u8)
+            }
+            SecureHandshake::Retry { dst_cid, token } => {
+                if token.len() > 255 {
+                    return Err(EncodeError::FieldTooLarge("token"));
+                }
+                (HEADER_LEN + 2 + token.len(), *dst_cid, PHASE_RETRY)
+            }
+            SecureHandshake::Accept { dst_cid, noise, .. } => {
+                field(noise.len(), "noise")?;
+                (HEADER_LEN + 11 + noise.len(), *dst_cid, HandshakePhase::Accept as u8)
+            }
+        };
+        if buf.len() < len {
+            return Err(EncodeError::BufferTooSmall { needed: len, got: buf.len() });
+        }
+        let mut w = Writer { buf, pos: 0 };
+        w.u8(VERSION_2);
+        w.u8(PacketType::Handshake as u8);
+        w.u32(dst_cid);
+        w.u8(phase);
+        match self {
+            SecureHandshake::Initial { src_cid, timestamp, pattern, cipher, token, noise } => {
+                w.u32(*src_cid);
+                w.u32(*timestamp);
+                w.u8(*pattern);
+                w.u8(*cipher);
+                w.u8(token.len() as u8);
+                w.bytes(token);
+                w.u16(noise.len() as u16);
+                w.bytes(noise);
+                let pad = len - w.pos;
+                w.bytes(&[0u8; MIN_INITIAL_LEN][..pad]);
+            }
+            SecureHandshake::Retry { token, .. } => {
+                w.u8(token.len() as u8);
+                w.bytes(token);
+            }
+            SecureHandshake::Accept { src_cid, echo_timestamp, noise, .. } => {
+                w.u32(*src_cid);
+                w.u32(*echo_timestamp);
+                w.u16(noise.len() as u16);
+                w.bytes(noise);
+            }
+        }
+        debug_assert_eq!(w.pos, len);
+        Ok(len)
+    }
+}
+
+/// Version 2: ends a connection whose peer lost it. `cid` is the sender's own id (the
+/// one it no longer knows), `token` what it told the peer in its handshake.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatelessReset {
+    pub cid: u32,
+    pub token: [u8; 16],
+}
+
+impl StatelessReset {
+    pub fn parse(bytes: &[u8]) -> Result<StatelessReset, DecodeError> {
+        let header = Header::peek(bytes)?;
+        if header.version != VERSION_2 || header.packet_type != PacketType::StatelessReset {
+            return Err(DecodeError::InvalidField("type"));
+        }
+        if bytes.len() != STATELESS_RESET_LEN {
+            return Err(if bytes.len() < STATELESS_RESET_LEN {
+                DecodeError::Truncated { needed: STATELESS_RESET_LEN, got: bytes.len() }
+            } else {
+                DecodeError::TrailingBytes(bytes.len() - STATELESS_RESET_LEN)
+            });
+        }
+        let mut token = [0u8; 16];
+        token.copy_from_slice(&bytes[HEADER_LEN..]);
+        Ok(StatelessReset { cid: header.dst_cid, token })
+    }
+
+    pub fn emit(&self, buf: &mut [u8]) -> Result<usize, EncodeError> {
+        if buf.len() < STATELESS_RESET_LEN {
+            return Err(EncodeError::BufferTooSmall { needed: STATELESS_RESET_LEN, got: buf.len() });
+        }
+        let mut w = Writer { buf, pos: 0 };
+        w.u8(VERSION_2);
+        w.u8(PacketType::StatelessReset as u8);
+        w.u32(self.cid);
+        w.bytes(&self.token);
+        Ok(STATELESS_RESET_LEN)
+    }
 }
 
 /// Recovers a 64-bit sequence number from its low 32 bits: the candidate closest

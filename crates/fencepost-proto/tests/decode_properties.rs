@@ -3,7 +3,7 @@
 //! coverage-guided versions of the same targets.
 
 use fencepost_proto::wire::{Header, Packet};
-use fencepost_proto::{Connection, DatagramEvent, Endpoint, EndpointConfig, Instant, TransportConfig};
+use fencepost_proto::{Connection, ConnectionSecrets, DatagramEvent, Endpoint, EndpointConfig, Instant, TransportConfig};
 use rand_core::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use std::sync::Arc;
@@ -84,7 +84,7 @@ fn decoders_never_panic_and_round_trip() {
 #[test]
 fn endpoints_and_connections_count_and_drop_garbage() {
     let mut server: Endpoint<u32> = Endpoint::new(EndpointConfig::server(TransportConfig::default()), 5);
-    let mut client_side = Connection::client(Arc::new(TransportConfig::default()), Instant::ZERO, 0x0a0b0c0d);
+    let mut client_side = Connection::client(Arc::new(TransportConfig::default()), Instant::ZERO, 0x0a0b0c0d, &ConnectionSecrets::from_seed(3));
     let mut out = vec![0u8; 2048];
     let mut t = 0u64;
     for (i, input) in inputs(50_000).enumerate() {

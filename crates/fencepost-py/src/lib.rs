@@ -163,6 +163,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode_packet, m)?)?;
     m.add_function(wrap_pyfunction!(generate_trace, m)?)?;
     m.add_function(wrap_pyfunction!(net::echo_bench, m)?)?;
+    m.add_function(wrap_pyfunction!(net::keygen, m)?)?;
+    m.add_function(wrap_pyfunction!(net::public_key, m)?)?;
     m.add_function(wrap_pyfunction!(controller::register_python_controller, m)?)?;
     m.add_class::<controller::PyAck>()?;
     m.add_class::<controller::PyLoss>()?;

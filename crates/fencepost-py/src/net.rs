@@ -216,6 +216,38 @@ impl PyEndpoint {
     fn connection_count(&self, py: Python<'_>) -> usize {
         py.detach(|| self.inner.connection_count())
     }
+
+    /// The endpoint's static public key (base64), or None without protection.
+    fn public_key(&self, py: Python<'_>) -> Option<String> {
+        py.detach(|| self.inner.public_key()).map(|k| k.to_string())
+    }
+
+    /// Every endpoint counter by name (received, dropped, retries, stateless resets...).
+    fn endpoint_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+        let s = py.detach(|| self.inner.stats());
+        endpoint_stats_dict(py, &s)
+    }
+}
+
+pub(crate) fn endpoint_stats_dict<'py>(py: Python<'py>, s: &fencepost_proto::EndpointStats) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+    let d = pyo3::types::PyDict::new(py);
+    for (k, v) in [
+        ("datagrams_received", s.datagrams_received),
+        ("bytes_received", s.bytes_received),
+        ("malformed", s.malformed),
+        ("unknown_connection", s.unknown_connection),
+        ("wrong_address", s.wrong_address),
+        ("wrong_version", s.wrong_version),
+        ("refused", s.refused),
+        ("retries_sent", s.retries_sent),
+        ("invalid_tokens", s.invalid_tokens),
+        ("forged_handshakes", s.forged_handshakes),
+        ("stateless_resets_sent", s.stateless_resets_sent),
+        ("stateless_bytes_sent", s.stateless_bytes_sent),
+    ] {
+        d.set_item(k, v)?;
+    }
+    Ok(d)
 }
 
 /// One connection, a byte stream.
@@ -257,6 +289,16 @@ impl PyConnection {
     fn remote_addr(&self) -> (String, u16) {
         let a = self.inner.remote_addr();
         (a.ip().to_string(), a.port())
+    }
+
+    /// The server's static public key as the handshake proved it (base64), or None.
+    fn peer_key(&self, py: Python<'_>) -> Option<String> {
+        py.detach(|| self.inner.peer_key()).map(|k| k.to_string())
+    }
+
+    /// The connection's packets are encrypted and authenticated.
+    fn is_protected(&self, py: Python<'_>) -> bool {
+        py.detach(|| self.inner.is_protected())
     }
 
     /// Queues what fits of `data` (waiting for room if none); returns how many bytes.
@@ -390,6 +432,16 @@ impl PyServer {
         (a.ip().to_string(), a.port())
     }
 
+    /// The server's static public key (base64), or None without protection.
+    fn public_key(&self, py: Python<'_>) -> Option<String> {
+        py.detach(|| self.endpoint.public_key()).map(|k| k.to_string())
+    }
+
+    fn endpoint_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+        let s = py.detach(|| self.endpoint.stats());
+        endpoint_stats_dict(py, &s)
+    }
+
     /// Finished connections' accounts, waiting up to `timeout` for the first.
     #[pyo3(signature = (timeout=0.2))]
     fn poll(&self, py: Python<'_>, timeout: f64) -> PyResult<Vec<String>> {
@@ -510,4 +562,19 @@ pub fn echo_bench(py: Python<'_>, host: &str, port: u16, options: Vec<(String, S
     )?
     .map_err(net_error)?;
     serde_json::to_string(&result).map_err(|e| PyOSError::new_err(e.to_string()))
+}
+
+/// A new static key pair from the OS's random source: (private, public), base64.
+#[pyfunction]
+pub fn keygen() -> PyResult<(String, String)> {
+    let mut seed = [0u8; 32];
+    getrandom::fill(&mut seed).map_err(|e| PyOSError::new_err(format!("the OS's random source failed: {e}")))?;
+    let key = fencepost_proto::StaticKey::from_seed(seed);
+    Ok((key.private_text(), key.public().to_string()))
+}
+
+/// The public key (base64) of a private key (base64); ValueError if it is not one.
+#[pyfunction]
+pub fn public_key(private: &str) -> PyResult<String> {
+    fencepost_proto::StaticKey::parse(private).map(|k| k.public().to_string()).map_err(|e| PyValueError::new_err(e.0))
 }

@@ -101,6 +101,8 @@ struct Snapshot {
     client: ConnectionStats,
     server: ConnectionStats,
     rtt_samples: Vec<u32>,
+    rtt_count: u64,
+    rtt_mean_us: Option<f64>,
     payload_size: usize,
 }
 
@@ -140,6 +142,8 @@ impl Flow {
         if let Some(c) = self.client_conn.and_then(|h| self.client.connection(h)) {
             self.snapshot.client = c.stats().clone();
             self.snapshot.rtt_samples = c.rtt_samples().to_vec();
+            self.snapshot.rtt_count = c.rtt_history().count();
+            self.snapshot.rtt_mean_us = c.rtt_history().mean_us();
             self.snapshot.payload_size = c.payload_size();
         }
         if let Some(s) = self.server_conn.and_then(|h| self.server.connection(h)) {
@@ -161,6 +165,8 @@ impl Flow {
                 let status = match error {
                     ConnectionError::TimedOut { .. } => "timeout",
                     ConnectionError::Reset(_) | ConnectionError::LocallyReset => "reset",
+                    ConnectionError::NoProgress { .. } => "stalled",
+                    ConnectionError::Handshake(_) => "handshake",
                 };
                 return Some((status.to_string(), Some(format!("{who}: {error}"))));
             }
@@ -585,7 +591,9 @@ impl Simulation {
             let duration = (completed.unwrap_or(ended) - start).as_secs_f64();
             let c = &flow.snapshot.client;
             let s = &flow.snapshot.server;
-            let (rtt_mean_ms, rtt_p95_ms) = rtt_summary(&flow.snapshot.rtt_samples);
+            // The mean over every sample; the 95th percentile over the kept ones (all, or an even spread).
+            let (_, rtt_p95_ms) = rtt_summary(&flow.snapshot.rtt_samples);
+            let rtt_mean_ms = flow.snapshot.rtt_mean_us.map(|us| us / 1000.0);
             let t = &flow.spec.transport;
             flows.push(FlowReport {
                 flow: index + 1,
@@ -626,7 +634,7 @@ impl Simulation {
                 peer_packets_sent: s.packets_sent,
                 peer_data_packets_sent: s.data_packets_sent,
                 peer_acks_sent: s.acks_sent,
-                rtt_samples: flow.snapshot.rtt_samples.len(),
+                rtt_samples: flow.snapshot.rtt_count as usize,
                 rtt_mean_ms,
                 rtt_p95_ms,
                 wrong_bytes: io.wrong_bytes,

@@ -179,6 +179,18 @@ pub static OPTIONS: &[OptionSpec] = &[
     per_flow(option("cc", Scope::Transport, Kind::Spec, "CC", "", "congestion control: none[:window=N,rate=R,pacing=on|off] (a fixed window), tahoe[:iw=N,ssthresh=N,pacing=on|off], reno[...] (NewReno), cubic[:iw=N,pacing=on|off,hystart=on|off], bbr[:iw=N] (BBR v1), tolerant[:iw=N] (fencepost's loss-tolerant controller) or python:FILE:CLASS (a fencepost.Controller subclass) (default: the profile's; tolerant in the default profile)", ALL)),
     per_flow(option("packet-size", Scope::Transport, Kind::Size, "BYTES", "", "data payload per packet (default: the profile's; 256 in seed, 1458 in default)", ALL)),
     per_flow(option("idle-timeout", Scope::Transport, Kind::Duration, "DURATION", "", "end a connection after this long without hearing from the peer (default: the profile's; 100ms in seed, 30s in default)", ALL)),
+    per_flow(option("insecure", Scope::Transport, Kind::Switch, "BOOL", "false",
+        "plaintext packets (wire format version 1): no encryption, no authentication; the seed profile is always plaintext, as the seed article's packets were", ALL)),
+    per_flow(OptionSpec {
+        choices: &["aes-256-gcm", "chacha20-poly1305"],
+        ..option("cipher", Scope::Transport, Kind::Choice, "aes-256-gcm|chacha20-poly1305", "aes-256-gcm", "the AEAD that protects packets after the handshake (the client chooses)", ALL)
+    }),
+    option("key", Scope::Transport, Kind::Path, "FILE", "",
+        "the server's private key, a file written by `fencepost keygen` (default: a new key at each start, its public half printed)", &[Serve]),
+    option("peer-key", Scope::Transport, Kind::Spec, "KEY", "",
+        "the server's public key (base64, as `fencepost keygen` and `serve` print it): connect only to the server holding it (default: trust the key the server shows)", &[Send, EchoBench]),
+    option("retry", Scope::Transport, Kind::Switch, "BOOL", "true",
+        "validate a client's address with a retry token before keeping any state for it (one more round trip per handshake)", &[Serve]),
     // ---- run ----
     option("topology", Scope::Run, Kind::Spec, "line|dumbbell:N", "line", "line: one flow over one path; dumbbell:N: N flows through one shared bottleneck (the link options describe it)", SIMULATED),
     option("flows", Scope::Run, Kind::Count, "N", "", "short for --topology dumbbell:N", SIMULATED),

@@ -6,7 +6,7 @@
 use crate::options::{fail, OptionError, CC_FORMS};
 use crate::units::{self, parse_params, UnitError};
 use fencepost_proto::congestion::{BbrConfig, CubicConfig};
-use fencepost_proto::{Arq, ControllerConfig, Duration, FixedConfig, Profile, RenoConfig, TransportConfig};
+use fencepost_proto::{Arq, Cipher, ControllerConfig, Duration, FixedConfig, Profile, ProtectionConfig, PublicKey, RenoConfig, StaticKey, TransportConfig};
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
@@ -137,6 +137,22 @@ pub fn describe_cc(config: &ControllerConfig) -> String {
     }
 }
 
+/// Key files hold one line of base64; anything longer is not a key file.
+const MAX_KEY_FILE: u64 = 4096;
+
+/// Reads a private key written by `fencepost keygen`.
+pub fn read_key_file(path: &str) -> Result<StaticKey, String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    let mut text = String::new();
+    file.take(MAX_KEY_FILE + 1).read_to_string(&mut text).map_err(|e| format!("cannot read {path}: {e}"))?;
+    if text.len() as u64 > MAX_KEY_FILE {
+        return Err(format!("{path} is not a key file: longer than {MAX_KEY_FILE} bytes"));
+    }
+    let line = text.lines().map(str::trim).find(|l| !l.is_empty() && !l.starts_with('#')).unwrap_or("");
+    StaticKey::parse(line).map_err(|e| format!("{path}: {e}"))
+}
+
 /// A transport configuration from transport options, looked up by name
 /// (`get("cc")`); options not given keep the profile's values.
 pub fn transport_config<'a>(get: impl Fn(&str) -> Option<&'a str>) -> Result<TransportConfig, OptionError> {
@@ -160,6 +176,32 @@ pub fn transport_config<'a>(get: impl Fn(&str) -> Option<&'a str>) -> Result<Tra
             return Err(fail("packet-size", format!("{bytes} bytes is out of range; a payload is 16 to 65000 bytes")));
         }
         transport.max_payload = bytes as u16;
+    }
+    if let Some(insecure) = get("insecure").filter(|s| !s.is_empty()) {
+        if units::parse_switch(insecure).map_err(|e| fail("insecure", e))? {
+            transport.set_protection(ProtectionConfig::None);
+        }
+    }
+    if let ProtectionConfig::Noise(noise) = &mut transport.protection {
+        if let Some(cipher) = get("cipher").filter(|s| !s.is_empty()) {
+            noise.cipher = Cipher::parse(cipher).ok_or_else(|| fail("cipher", format!("{cipher:?} is not a cipher; accepted: aes-256-gcm, chacha20-poly1305")))?;
+        }
+        if let Some(path) = get("key").filter(|s| !s.is_empty()) {
+            noise.local = Some(read_key_file(path).map_err(|e| fail("key", e))?);
+        }
+        if let Some(key) = get("peer-key").filter(|s| !s.is_empty()) {
+            noise.peer = Some(PublicKey::parse(key).map_err(|e| fail("peer-key", e))?);
+        }
+        if let Some(retry) = get("retry").filter(|s| !s.is_empty()) {
+            noise.validate_addresses = units::parse_switch(retry).map_err(|e| fail("retry", e))?;
+        }
+    } else {
+        for name in ["key", "peer-key", "cipher"] {
+            if get(name).is_some_and(|v| !v.is_empty()) {
+                let why = if transport.profile == Profile::Seed { "the seed profile is plaintext" } else { "--insecure turns protection off" };
+                return Err(fail(name, format!("needs packet protection, and {why}")));
+            }
+        }
     }
     if let Some(idle) = get("idle-timeout").filter(|s| !s.is_empty()) {
         let idle = units::parse_duration(idle).map_err(|e| fail("idle-timeout", e))?;
