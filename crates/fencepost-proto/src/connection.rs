@@ -594,13 +594,18 @@ impl Connection {
         }
         let genuine = match (packet, &mut self.secure) {
             (SecureHandshake::Initial { timestamp, noise, .. }, Secure::Server { initial, .. }) => {
-                // A repeat of the Initial we answered: our Accept was lost.
-                let repeat = initial.as_slice() == noise;
-                if repeat && self.state == State::Handshake {
+                if initial.as_slice() != noise {
+                    false
+                } else if self.state == State::Handshake {
+                    // A repeat of the Initial we answered: our Accept was lost.
                     self.note_ack_eliciting(now, timestamp);
                     self.handshake_due = true;
+                    true
+                } else {
+                    // The client is past its handshake: a copy, late or replayed.
+                    self.stats.replayed_packets += 1;
+                    return;
                 }
-                repeat
             }
             (SecureHandshake::Retry { token, .. }, Secure::Client { token: ours, retries, .. }) => {
                 let take = self.state == State::Handshake && *retries < MAX_RETRIES && !token.is_empty();
@@ -639,11 +644,13 @@ impl Connection {
                     Err(_) => false,
                 }
             }
-            (SecureHandshake::Accept { noise, .. }, Secure::ClientDone { accept }) => {
-                // The server repeats its Accept until it hears from us: confirm again.
-                let repeat = accept.as_slice() == noise;
-                self.ack_now |= repeat;
-                repeat
+            (SecureHandshake::Accept { noise, .. }, Secure::ClientDone { accept }) if accept.as_slice() == noise => {
+                // A copy of the Accept we took: the server answered a repeat of our Initial
+                // (or someone replays it). An ack confirms again; nothing else changes.
+                self.stats.replayed_packets += 1;
+                self.ack_now = true;
+                self.update_timers(now);
+                return;
             }
             _ => false,
         };

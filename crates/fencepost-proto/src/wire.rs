@@ -800,6 +800,45 @@ mod tests {
         }
     }
 
+    pub(crate) const V2_VECTORS: &[(&str, &str)] = &[
+        ("v2-initial", "02 01 00000000 01 0a0b0c0d 00000064 02 01 00 0004 aaaaaaaa"),
+        ("v2-retry", "02 01 0a0b0c0d 03 04 bbbbbbbb"),
+        ("v2-accept", "02 01 0a0b0c0d 02 11223344 00000064 0004 cccccccc"),
+        ("v2-stateless-reset", "02 07 11223344 dddddddddddddddddddddddddddddddd"),
+    ];
+
+    #[test]
+    fn v2_vectors_roundtrip() {
+        let v = |name: &str| hex(V2_VECTORS.iter().find(|(n, _)| *n == name).unwrap().1);
+        let mut buf = [0u8; 512];
+        let initial = SecureHandshake::Initial { src_cid: 0x0a0b0c0d, timestamp: 100, pattern: 2, cipher: 1, token: &[], noise: &[0xaa; 4] };
+        let n = initial.emit(&mut buf).unwrap();
+        let mut expected = v("v2-initial");
+        expected.resize(MIN_INITIAL_LEN, 0);
+        assert_eq!(&buf[..n], &expected[..]);
+        assert_eq!(SecureHandshake::parse(&buf[..n]).unwrap(), initial);
+        assert!(SecureHandshake::parse(&buf[..n - 1]).is_err(), "an Initial shorter than 256 bytes");
+        for (name, packet) in [
+            ("v2-retry", SecureHandshake::Retry { dst_cid: 0x0a0b0c0d, token: &[0xbb; 4] }),
+            ("v2-accept", SecureHandshake::Accept { dst_cid: 0x0a0b0c0d, src_cid: 0x11223344, echo_timestamp: 100, noise: &[0xcc; 4] }),
+        ] {
+            let n = packet.emit(&mut buf).unwrap();
+            assert_eq!(&buf[..n], &v(name)[..], "{name}");
+            assert_eq!(SecureHandshake::parse(&buf[..n]).unwrap(), packet);
+        }
+        let reset = StatelessReset { cid: 0x11223344, token: [0xdd; 16] };
+        let n = reset.emit(&mut buf).unwrap();
+        assert_eq!(&buf[..n], &v("v2-stateless-reset")[..]);
+        assert_eq!(StatelessReset::parse(&buf[..n]).unwrap(), reset);
+        let doc = include_str!("../../../docs/protocol.md");
+        for (name, bytes) in V2_VECTORS {
+            let line = format!("| `{name}` | `{bytes}` |");
+            assert!(doc.contains(&line), "docs/protocol.md lacks the vector line: {line}");
+        }
+        // Version 2's type 7 does not exist in version 1.
+        assert_eq!(Packet::parse(&hex("01 07 11223344")), Err(DecodeError::UnknownType(7)));
+    }
+
     #[test]
     fn malformed_packets_are_typed_errors() {
         assert_eq!(Packet::parse(&[]), Err(DecodeError::Truncated { needed: 6, got: 0 }));
