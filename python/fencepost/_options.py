@@ -93,6 +93,9 @@ def add_arguments(parser: argparse.ArgumentParser, command: str, sweep: bool = F
         metavar = spec["metavar"] + ("[,...]" if sweep else "")
         many = spec["repeatable"] or (spec["per_flow"] and command in ("sim", "sweep"))
         extra = {"action": "append"} if many else {}
+        if spec["kind"] == "switch":
+            # A switch given alone means on: `--insecure` as well as `--insecure true`.
+            extra.update(nargs="?", const="true")
         suffix = ""
         if spec["per_flow"] and many:
             suffix = "; once per flow for different values"

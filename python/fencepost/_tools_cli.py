@@ -51,6 +51,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     addr = server.local_addr()
     mode = "echo" if args.echo else "sink"
     print(f"fencepost serve: listening on {addr[0]}:{addr[1]} ({mode}); Ctrl-C stops", flush=True)
+    key = server.public_key()
+    if key is None:
+        print("fencepost serve: plaintext packets (--insecure or the seed profile): nothing is encrypted or authenticated", flush=True)
+    else:
+        origin = f"from {args.opt_key}" if getattr(args, "opt_key", None) else "made for this run (keep one with `fencepost keygen` and --key)"
+        print(f"fencepost serve: public key {key} ({origin}); clients pin it with --peer-key", flush=True)
     try:
         while True:
             for report in server.poll(0.5):
@@ -66,10 +72,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
                     flush=True,
                 )
     except KeyboardInterrupt:
-        received, malformed, unknown, wrong_addr, refused = server.stats()
+        s = server.endpoint_stats()
         server.shutdown()
-        print(f"\nfencepost serve: stopped; datagrams received {received:,}, dropped: malformed {malformed:,}, "
-              f"unknown connection {unknown:,}, wrong address {wrong_addr:,}, refused {refused:,}", file=sys.stderr)
+        print(f"\nfencepost serve: stopped; datagrams received {s['datagrams_received']:,}, dropped: malformed {s['malformed']:,}, "
+              f"unknown connection {s['unknown_connection']:,}, wrong address {s['wrong_address']:,}, wrong version {s['wrong_version']:,}, "
+              f"refused {s['refused']:,}, forged handshakes {s['forged_handshakes']:,}; retries sent {s['retries_sent']:,}, "
+              f"stateless resets sent {s['stateless_resets_sent']:,}", file=sys.stderr)
         return 0
 
 
@@ -181,7 +189,30 @@ def cmd_echo_bench(args: argparse.Namespace) -> int:
     return 0 if r["hashes_match"] else 1
 
 
+def cmd_keygen(args: argparse.Namespace) -> int:
+    private, public = _core.keygen()
+    if args.out == "-":
+        print(private)
+    else:
+        if os.path.exists(args.out) and not args.force:
+            raise OptionError("out", f"{args.out} exists; give --force to replace it, or another file")
+        # The private key is readable by its owner alone.
+        fd = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(f"# fencepost private key; public key {public}\n{private}\n")
+        print(f"wrote the private key to {args.out} (mode 600); serve it with: fencepost serve --key {args.out}", file=sys.stderr)
+    print(f"public key: {public}", file=sys.stderr if args.out == "-" else sys.stdout)
+    return 0
+
+
 def add_parsers(subparsers) -> None:
+    p = subparsers.add_parser("keygen", help="make a server key pair for protected connections",
+                              description="Make a static key pair for `fencepost serve --key FILE`. The public key, printed, is what "
+                                          "clients give as --peer-key (Python: peer_key=) to connect only to this server.")
+    p.add_argument("--out", metavar="FILE", default="fencepost.key", help="where to write the private key (default fencepost.key; - for standard output)")
+    p.add_argument("--force", action="store_true", help="replace FILE if it exists")
+    p.set_defaults(handler=cmd_keygen)
+
     p = subparsers.add_parser("serve", help="accept fencepost connections: a sink (default) or an echo",
                               description="Accept fencepost connections. As a sink, answer each with the SHA-256 of what arrived; with --echo, send everything back.")
     p.add_argument("--listen", metavar="HOST:PORT", default="0.0.0.0:5201", help="address to listen on (default 0.0.0.0:5201)")

@@ -6,15 +6,25 @@
         print(s.recv(1024))
 
 Blocking calls release the GIL and stay interruptible by Ctrl-C. Transport
-options (``profile``, ``arq``, ``cc``, ``packet_size``, ``idle_timeout``) are
-the ``fencepost sim`` ones. The asyncio API awaits the native futures directly
-(they run on fencepost's tokio runtime and resolve in the caller's event loop).
+options (``profile``, ``arq``, ``cc``, ``packet_size``, ``idle_timeout``,
+``insecure``, ``cipher``) are the ``fencepost sim`` ones; a listener takes
+``key`` (a key file from ``fencepost keygen``) and a client ``peer_key`` (the
+server's public key: connect only to it). Without ``insecure`` every packet is
+encrypted and authenticated. The asyncio API awaits the native futures
+directly (they run on fencepost's tokio runtime and resolve in the caller's
+event loop).
+
+One socket may be used from several threads at once: concurrent ``sendall``
+calls each queue their bytes whole (they never interleave), in whichever order
+the threads got there; each blocked call is woken when room frees up.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Callable, Optional, Tuple
+import collections
+import math
+from typing import Any, Awaitable, Callable, NamedTuple, Optional, Tuple
 
 from . import _core
 from ._errors import FencepostError, OptionError, option_error_from_native
@@ -58,6 +68,49 @@ def _call(fn: Callable, *args: Any, **kwargs: Any) -> Any:
         raise _translate(exc) from None
 
 
+def _check_timeout(timeout: Any) -> Optional[float]:
+    """None, or a number of seconds as ``socket.settimeout`` takes it."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout must be None or a number of seconds, not {type(timeout).__name__}")
+    timeout = float(timeout)
+    if math.isnan(timeout):
+        raise ValueError("timeout must be a number of seconds, not NaN")
+    if timeout < 0:
+        raise ValueError("timeout must be None or a non-negative number of seconds")
+    if timeout > 1e9:  # about 32 years; beyond it the clock overflows
+        raise OverflowError(f"timeout {timeout} s is too large; give None to wait without limit")
+    return timeout
+
+
+def _check_size(size: Any, what: str) -> int:
+    if isinstance(size, bool) or not isinstance(size, int):
+        raise TypeError(f"{what} must be an int, not {type(size).__name__}")
+    if size < 0:
+        raise ValueError(f"negative {what} ({size})")
+    if size >= 1 << 63:
+        raise OverflowError(f"{what} {size} is too large")
+    return size
+
+
+class KeyPair(NamedTuple):
+    """A static key pair, base64: ``private`` goes in the server's key file, ``public`` to its clients."""
+
+    private: str
+    public: str
+
+
+def keygen() -> KeyPair:
+    """A new key pair from the OS's random source."""
+    return KeyPair(*_core.keygen())
+
+
+def public_key(private: str) -> str:
+    """The public key of a private key (both base64); ``ValueError`` if it is not a key."""
+    return _core.public_key(private)
+
+
 def _check_address(address: Any, what: str) -> Address:
     if not (isinstance(address, tuple) and len(address) == 2 and isinstance(address[0], str) and isinstance(address[1], int)):
         raise OptionError(what, f"{address!r} is not a (host, port) tuple")
@@ -77,15 +130,23 @@ class Socket:
 
     # -- socket-like --
     def settimeout(self, timeout: Optional[float]) -> None:
-        if timeout is not None and timeout < 0:
-            raise ValueError("timeout must be None or a non-negative number of seconds")
-        self._timeout = timeout
+        self._timeout = _check_timeout(timeout)
 
     def gettimeout(self) -> Optional[float]:
         return self._timeout
 
     def getpeername(self) -> Address:
         return self._conn.remote_addr()
+
+    @property
+    def peer_key(self) -> Optional[str]:
+        """The server's public key as the handshake proved it (a client socket), or None."""
+        return self._conn.peer_key()
+
+    @property
+    def protected(self) -> bool:
+        """Every packet is encrypted and authenticated (not ``insecure``, not the seed profile)."""
+        return self._conn.is_protected()
 
     def send(self, data: bytes) -> int:
         """Queues what fits of ``data``; returns how many bytes were taken."""
@@ -99,7 +160,7 @@ class Socket:
     def recv(self, bufsize: int) -> bytes:
         """Up to ``bufsize`` bytes; ``b""`` once the peer finished its stream."""
         self._check_open()
-        if bufsize <= 0:
+        if _check_size(bufsize, "bufsize") == 0:
             return b""
         return _call(self._conn.recv, bufsize, self._timeout)
 
@@ -164,7 +225,12 @@ class Listener:
         return self._endpoint.local_addr()
 
     def settimeout(self, timeout: Optional[float]) -> None:
-        self._timeout = timeout
+        self._timeout = _check_timeout(timeout)
+
+    @property
+    def public_key(self) -> Optional[str]:
+        """The server's static public key (base64): what clients pass as ``peer_key``."""
+        return self._endpoint.public_key()
 
     def accept(self) -> Tuple[Socket, Address]:
         """The next connection and its peer's address; ``Timeout`` after the timeout."""
@@ -183,8 +249,8 @@ class Listener:
         self._endpoint.shutdown()
 
     def stats(self) -> dict:
-        names = ["datagrams_received", "malformed", "unknown_connection", "wrong_address", "refused"]
-        return dict(zip(names, self._endpoint.stats()))
+        """The endpoint's counters: datagrams received and dropped by cause, retries, stateless resets."""
+        return self._endpoint.endpoint_stats()
 
     def __enter__(self) -> "Listener":
         return self
@@ -254,22 +320,84 @@ class StreamReader:
 
 
 class StreamWriter:
-    """Writes to a fencepost connection, like ``asyncio.StreamWriter``."""
+    """Writes to a fencepost connection, like ``asyncio.StreamWriter``: ``write``
+    starts sending at once, ``drain`` waits only while more than the high-water mark
+    is queued (flow control), and ``write_eof``/``close`` send what was written first."""
+
+    #: ``drain`` returns once no more than this many bytes wait to be handed to the transport.
+    HIGH_WATER = 64 * 1024
 
     def __init__(self, sock: Socket) -> None:
         self._sock = sock
-        self._pending: list[bytes] = []
+        self._pending: collections.deque = collections.deque()
+        self._pending_bytes = 0
+        self._flusher: Optional[asyncio.Task] = None
+        self._eof_requested = False
+        self._error: Optional[BaseException] = None
+        self._drained = asyncio.Event()
+        self._drained.set()
         self._closed: Optional[asyncio.Future] = None
 
     def write(self, data: bytes) -> None:
-        self._pending.append(bytes(data))
+        if self._eof_requested:
+            raise RuntimeError("write after write_eof() or close()")
+        data = bytes(data)
+        if not data:
+            return
+        self._pending.append(data)
+        self._pending_bytes += len(data)
+        if self._pending_bytes > self.HIGH_WATER:
+            self._drained.clear()
+        self._kick()
+
+    def writelines(self, data) -> None:
+        for chunk in data:
+            self.write(chunk)
+
+    def _kick(self) -> None:
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.get_running_loop().create_task(self._flush())
+
+    async def _flush(self) -> None:
+        try:
+            while self._pending:
+                chunk = self._pending[0]
+                await _await(self._sock._conn.sendall_async(chunk))
+                self._pending.popleft()
+                self._pending_bytes -= len(chunk)
+                if self._pending_bytes <= self.HIGH_WATER:
+                    self._drained.set()
+            if self._eof_requested:
+                self._sock.shutdown_write()
+        except BaseException as exc:  # noqa: BLE001 - handed to the next drain()
+            self._error = exc
+            self._pending.clear()
+            self._pending_bytes = 0
+            self._drained.set()
+            if isinstance(exc, asyncio.CancelledError):
+                raise
 
     async def drain(self) -> None:
-        while self._pending:
-            await _await(self._sock._conn.sendall_async(self._pending.pop(0)))
+        """Waits until the queue is below the high-water mark; raises the send's error if one failed."""
+        await self._drained.wait()
+        if self._error is not None:
+            raise self._error
+
+    async def _flushed(self) -> None:
+        while self._flusher is not None and not self._flusher.done():
+            await asyncio.shield(self._flusher)
+        if self._error is not None:
+            raise self._error
 
     def write_eof(self) -> None:
-        self._sock.shutdown_write()
+        """Finishes the stream after everything written so far."""
+        if self._eof_requested:
+            return
+        self._eof_requested = True
+        if self._pending:
+            self._kick()
+        else:
+            self._sock.shutdown_write()
 
     def can_write_eof(self) -> bool:
         return True
@@ -277,6 +405,8 @@ class StreamWriter:
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         if name == "peername":
             return self._sock.getpeername()
+        if name == "socket":
+            return self._sock
         return default
 
     def close(self) -> None:
@@ -284,8 +414,9 @@ class StreamWriter:
             self._closed = asyncio.get_running_loop().create_task(self._finish())
 
     async def _finish(self, timeout: float = 10.0) -> None:
-        await self.drain()
+        self._eof_requested = True
         try:
+            await self._flushed()
             await asyncio.wait_for(_await(self._sock._conn.close_async()), timeout)
         except asyncio.TimeoutError:
             pass  # the close goes on in the background
@@ -366,6 +497,7 @@ async def start_server(client_connected_cb: Callable[[StreamReader, StreamWriter
 
 __all__ = [
     "ConnectionLost",
+    "KeyPair",
     "Listener",
     "Server",
     "Socket",
@@ -373,6 +505,8 @@ __all__ = [
     "StreamWriter",
     "Timeout",
     "connect",
+    "keygen",
+    "public_key",
     "listen",
     "open_connection",
     "start_server",

@@ -66,11 +66,26 @@ impl Trace {
         Ok(Trace { times_ms })
     }
 
+    /// Reads a trace file of at most [`Trace::MAX_FILE_BYTES`]: a larger file, or a
+    /// device that never ends (`/dev/zero`), is refused instead of read forever.
     pub fn from_file(path: &Path) -> Result<Trace, TraceError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| TraceError { line: 0, message: format!("cannot read {}: {e}", path.display()) })?;
+        use std::io::Read;
+        let fail = |e: std::io::Error| TraceError { line: 0, message: format!("cannot read {}: {e}", path.display()) };
+        let file = std::fs::File::open(path).map_err(fail)?;
+        let mut bytes = Vec::new();
+        file.take(Self::MAX_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(fail)?;
+        if bytes.len() as u64 > Self::MAX_FILE_BYTES {
+            return Err(TraceError {
+                line: 0,
+                message: format!("{} is larger than {} MB: not a trace file this tool reads", path.display(), Self::MAX_FILE_BYTES >> 20),
+            });
+        }
+        let text = String::from_utf8(bytes).map_err(|e| TraceError { line: 0, message: format!("{} is not text: {e}", path.display()) })?;
         Trace::parse(&text)
     }
+
+    /// The largest trace file read: mahimahi's longest traces are a few megabytes.
+    pub const MAX_FILE_BYTES: u64 = 64 << 20;
 
     /// A constant rate: the opportunity spacing that gives `bits_per_second`
     /// over one second (rounded to whole opportunities per millisecond).
@@ -140,6 +155,14 @@ fn truncate(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_file_that_never_ends_is_refused() {
+        let e = Trace::from_file(std::path::Path::new("/dev/zero")).unwrap_err();
+        assert!(e.message.contains("larger than 64 MB"), "{}", e.message);
+        assert!(Trace::from_file(std::path::Path::new("/no/such/trace")).unwrap_err().message.contains("cannot read"));
+    }
+
     use super::*;
 
     #[test]

@@ -87,9 +87,7 @@ fn stop(shared: &Shared, why: String) {
     for w in st.waiters.values_mut() {
         w.wake_all();
     }
-    if let Some(w) = st.accept_waiter.take() {
-        w.wake();
-    }
+    st.accept_waiter.wake();
 }
 
 /// Drains the socket (up to a few batches) into the core.
@@ -118,9 +116,7 @@ fn receive(shared: &Shared, storage: &mut [u8], metas: &mut [RecvMeta]) -> io::R
                         if let Ok(handle) = st.proto.accept(incoming) {
                             st.waiters.insert(handle, Waiters::default());
                             st.accept_queue.push_back(handle);
-                            if let Some(w) = st.accept_waiter.take() {
-                                w.wake();
-                            }
+                            st.accept_waiter.wake();
                         }
                     }
                     Some(DatagramEvent::Response { destination, transmit }) => {
@@ -202,23 +198,15 @@ async fn send(shared: &Shared, batch: &Batch) -> io::Result<()> {
 fn dispatch(st: &mut State) {
     while let Some((handle, event)) = st.proto.poll_event() {
         let Some(w) = st.waiters.get_mut(&handle) else { continue };
-        let waker = match event {
-            Event::Connected => w.connected.take(),
-            Event::Readable | Event::StreamFinished => w.read.take(),
-            Event::Writable => w.write.take(),
+        match event {
+            Event::Connected => w.connected.wake(),
+            Event::Readable | Event::StreamFinished => w.read.wake(),
+            Event::Writable => w.write.wake(),
             Event::Closed => {
-                if let Some(r) = w.read.take() {
-                    r.wake();
-                }
-                w.closed.take()
+                w.read.wake();
+                w.closed.wake();
             }
-            Event::ConnectionLost(_) => {
-                w.wake_all();
-                None
-            }
-        };
-        if let Some(waker) = waker {
-            waker.wake();
+            Event::ConnectionLost(_) => w.wake_all(),
         }
     }
     while let Some(handle) = st.proto.poll_drained() {

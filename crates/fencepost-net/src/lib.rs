@@ -52,7 +52,7 @@ pub enum NetError {
     /// The local address could not be bound (in use, not ours, no permission).
     Bind { addr: SocketAddr, source: io::Error },
     /// No handshake answer from the peer in time.
-    ConnectTimeout { addr: SocketAddr, after: Duration },
+    ConnectTimeout { addr: SocketAddr, after: Duration, hint: &'static str },
     /// The connection ended with an error (idle timeout, reset).
     ConnectionLost { addr: SocketAddr, error: ConnectionError },
     /// The endpoint stopped (closed, or its socket failed).
@@ -67,8 +67,8 @@ impl fmt::Display for NetError {
                 write!(f, "cannot listen on {addr}: the port is already in use")
             }
             NetError::Bind { addr, source } => write!(f, "cannot bind {addr}: {source}"),
-            NetError::ConnectTimeout { addr, after } => {
-                write!(f, "connecting to {addr} timed out after {:.1} s: no answer to the handshake", after.as_secs_f64())
+            NetError::ConnectTimeout { addr, after, hint } => {
+                write!(f, "connecting to {addr} timed out after {:.1} s: no answer to the handshake{hint}", after.as_secs_f64())
             }
             NetError::ConnectionLost { addr, error } => write!(f, "connection to {addr} lost: {error}"),
             NetError::EndpointClosed(why) => write!(f, "endpoint closed: {why}"),
@@ -93,13 +93,31 @@ impl From<NetError> for io::Error {
     }
 }
 
+/// Tasks waiting for one thing. Several may (two threads writing to one socket, a
+/// reader and a closer): each is woken, so none is left waiting for a wake-up another took.
+#[derive(Default)]
+pub(crate) struct WakerSet(Vec<Waker>);
+
+impl WakerSet {
+    fn register(&mut self, waker: &Waker) {
+        if !self.0.iter().any(|w| w.will_wake(waker)) {
+            self.0.push(waker.clone());
+        }
+    }
+    pub(crate) fn wake(&mut self) {
+        for w in self.0.drain(..) {
+            w.wake();
+        }
+    }
+}
+
 /// Who waits on a connection.
 #[derive(Default)]
 struct Waiters {
-    read: Option<Waker>,
-    write: Option<Waker>,
-    connected: Option<Waker>,
-    closed: Option<Waker>,
+    read: WakerSet,
+    write: WakerSet,
+    connected: WakerSet,
+    closed: WakerSet,
     /// The application dropped its handle: remove the connection once it is done.
     released: bool,
     /// The connection is done (drained); remove it once the application lets go.
@@ -108,9 +126,10 @@ struct Waiters {
 
 impl Waiters {
     fn wake_all(&mut self) {
-        for w in [self.read.take(), self.write.take(), self.connected.take(), self.closed.take()].into_iter().flatten() {
-            w.wake();
-        }
+        self.read.wake();
+        self.write.wake();
+        self.connected.wake();
+        self.closed.wake();
     }
 }
 
@@ -118,7 +137,7 @@ struct State {
     proto: ProtoEndpoint<SocketAddr>,
     waiters: HashMap<ConnectionHandle, Waiters>,
     accept_queue: VecDeque<ConnectionHandle>,
-    accept_waiter: Option<Waker>,
+    accept_waiter: WakerSet,
     /// Set when the endpoint stops; every later operation fails with it.
     stopped: Option<String>,
     /// Stateless answers (refusals) waiting to be sent: (destination, datagram).
@@ -179,7 +198,7 @@ impl Endpoint {
                 proto: ProtoEndpoint::with_entropy(proto_config, entropy),
                 waiters: HashMap::new(),
                 accept_queue: VecDeque::new(),
-                accept_waiter: None,
+                accept_waiter: WakerSet::default(),
                 stopped: None,
                 responses: Vec::new(),
             }),
@@ -231,7 +250,13 @@ impl Endpoint {
             Ok(Err(e)) => Err(e),
             Err(_) => {
                 connection.abort();
-                Err(NetError::ConnectTimeout { addr, after })
+                // Silence is all a protected server gives a client it cannot authenticate to.
+                let hint = match self.shared.config.transport.protection.noise() {
+                    None => " (is the server plaintext too? a protected server ignores --insecure clients)",
+                    Some(n) if n.peer.is_some() => " (is the server there, and is --peer-key its key? a server ignores a handshake for another key)",
+                    Some(_) => " (is the server there, and protected too? a plaintext server ignores protected clients)",
+                };
+                Err(NetError::ConnectTimeout { addr, after, hint })
             }
         }
     }
@@ -247,7 +272,7 @@ impl Endpoint {
             if st.stopped.is_some() {
                 return Poll::Ready(None);
             }
-            st.accept_waiter = Some(cx.waker().clone());
+            st.accept_waiter.register(cx.waker());
             Poll::Pending
         })
         .await
@@ -260,9 +285,7 @@ impl Endpoint {
         for w in st.waiters.values_mut() {
             w.wake_all();
         }
-        if let Some(w) = st.accept_waiter.take() {
-            w.wake();
-        }
+        st.accept_waiter.wake();
         drop(st);
         self.shared.wake_driver.notify_one();
     }
@@ -341,7 +364,7 @@ impl Connection {
                 return Poll::Ready(Ok(()));
             }
             if let Some(w) = st.waiters.get_mut(&self.handle) {
-                w.connected = Some(cx.waker().clone());
+                w.connected.register(cx.waker());
             }
             Poll::Pending
         })
@@ -374,7 +397,7 @@ impl Connection {
                 return Poll::Ready(Ok(()));
             }
             if let Some(w) = st.waiters.get_mut(&self.handle) {
-                w.closed = Some(cx.waker().clone());
+                w.closed.register(cx.waker());
             }
             Poll::Pending
         })
@@ -441,7 +464,7 @@ impl Connection {
             }
             Err(ReadError::WouldBlock) => {
                 if let Some(w) = st.waiters.get_mut(&self.handle) {
-                    w.read = Some(cx.waker().clone());
+                    w.read.register(cx.waker());
                 }
                 Poll::Pending
             }
@@ -460,7 +483,7 @@ impl Connection {
         match conn.write(buf) {
             Ok(0) if !buf.is_empty() => {
                 if let Some(w) = st.waiters.get_mut(&self.handle) {
-                    w.write = Some(cx.waker().clone());
+                    w.write.register(cx.waker());
                 }
                 Poll::Pending
             }

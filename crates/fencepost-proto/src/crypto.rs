@@ -235,6 +235,10 @@ pub fn base64_decode(text: &str) -> Option<Vec<u8>> {
             };
             n = n << 6 | v;
         }
+        // Canonical only: the bits below the last whole byte must be zero, so every key has one spelling.
+        if pad > 0 && n & ((1 << (8 * pad)) - 1) != 0 {
+            return None;
+        }
         let bytes = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
         out.extend_from_slice(&bytes[..3 - pad]);
     }
@@ -673,6 +677,11 @@ mod tests {
         assert!(base64_decode("aGVsbG8").is_none());
         assert!(base64_decode("aG=sbG8=").is_none());
         assert!(base64_decode("aGVs*G8=").is_none());
+        assert!(base64_decode("aGVsbG9=").is_none(), "a spelling with stray bits below the last byte");
+        let key = StaticKey::from_seed([4; 32]).public().to_string();
+        let mut other = key.clone().into_bytes();
+        other[42] = if other[42] == b'A' { b'B' } else { b'A' };
+        assert!(PublicKey::parse(std::str::from_utf8(&other).unwrap()).is_err() || PublicKey::parse(std::str::from_utf8(&other).unwrap()).unwrap() != PublicKey::parse(&key).unwrap());
         assert!(StaticKey::parse("short").unwrap_err().0.contains("44 characters"));
     }
 

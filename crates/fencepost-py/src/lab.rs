@@ -130,10 +130,10 @@ fn lab_tcp_send(py: Python<'_>, host: &str, port: u16, cc: String, bytes: Option
         target: socket_addr(host, port)?,
         cc,
         bytes,
-        duration: Duration::from_secs_f64(seconds.max(0.0)),
-        sample_every: Duration::from_secs_f64(sample_ms.max(1.0) / 1000.0),
-        connect_timeout: Duration::from_secs_f64(connect_timeout_s.max(0.1)),
-        drain_timeout: Duration::from_secs_f64(drain_timeout_s.max(0.1)),
+        duration: crate::net::seconds("seconds", seconds)?,
+        sample_every: crate::net::seconds("sample_ms", sample_ms.max(1.0) / 1000.0)?,
+        connect_timeout: crate::net::seconds("connect_timeout_s", connect_timeout_s.max(0.1))?,
+        drain_timeout: crate::net::seconds("drain_timeout_s", drain_timeout_s.max(0.1))?,
     };
     let stop = Arc::new(AtomicBool::new(false));
     let report = run_until_signal(py, stop, move |stop| tcp::send(&spec, &stop))?.map_err(os_error)?;

@@ -5,7 +5,7 @@ use fencepost_net::tools::{self, Amount};
 use fencepost_net::{Connection, Endpoint, EndpointConfig, NetError};
 use fencepost_spec::options::Command;
 use fencepost_spec::tools::{tool_options, transport_from_options, ToolOptions};
-use pyo3::exceptions::{PyConnectionError, PyOSError, PyTimeoutError, PyValueError};
+use pyo3::exceptions::{PyConnectionError, PyOSError, PyOverflowError, PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use std::future::Future;
@@ -35,6 +35,21 @@ fn runtime() -> &'static Runtime {
 
 const SLICE: Duration = Duration::from_millis(100);
 
+/// A duration from Python seconds, as `socket.settimeout` takes one: NaN and negative
+/// numbers are a ValueError, numbers too large for the clock an OverflowError.
+pub(crate) fn seconds(what: &str, t: f64) -> PyResult<Duration> {
+    if t.is_nan() {
+        return Err(PyValueError::new_err(format!("{what}: NaN is not a number of seconds")));
+    }
+    if t < 0.0 {
+        return Err(PyValueError::new_err(format!("{what}: {t} is negative; give None or a number of seconds >= 0")));
+    }
+    Duration::try_from_secs_f64(t).map_err(|_| PyOverflowError::new_err(format!("{what}: {t} seconds is too large (give None to wait without limit)")))
+}
+
+/// Bytes one `recv` reads at most, whatever it is asked for: like a socket, it may return fewer.
+const MAX_RECV: usize = 4 << 20;
+
 /// Runs `future` on the runtime until it finishes, `timeout` passes (TimeoutError)
 /// or Ctrl-C (KeyboardInterrupt). The GIL is released while waiting.
 fn block_on<F>(py: Python<'_>, future: F, timeout: Option<f64>, what: &str) -> PyResult<F::Output>
@@ -42,9 +57,9 @@ where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
+    let limit = timeout.map(|t| seconds("timeout", t)).transpose()?;
     let mut task = runtime().spawn(future);
     let started = Instant::now();
-    let limit = timeout.map(|t| Duration::from_secs_f64(t.max(0.0)));
     loop {
         let wait = limit.map_or(SLICE, |l| l.saturating_sub(started.elapsed()).min(SLICE));
         let done = py.detach(|| runtime().block_on(async { tokio::time::timeout(wait, &mut task).await }));
@@ -114,11 +129,11 @@ fn tool_endpoint(server: bool, tool: &ToolOptions) -> EndpointConfig {
 }
 
 fn endpoint_config(server: bool, options: &[(String, String)], connect_timeout: Option<f64>) -> PyResult<EndpointConfig> {
-    let transport = transport_from_options(options.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+    let transport = transport_from_options(server, options.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .map_err(|e| PyValueError::new_err((e.option, e.message)))?;
     let mut config = if server { EndpointConfig::server(transport) } else { EndpointConfig::client(transport) };
     if let Some(t) = connect_timeout {
-        if !(t > 0.0 && t.is_finite()) {
+        if !(t > 0.0 && t.is_finite()) || Duration::try_from_secs_f64(t).is_err() {
             return Err(PyValueError::new_err(("connect-timeout".to_string(), format!("{t} is not a positive number of seconds"))));
         }
         config.connect_timeout = Duration::from_secs_f64(t);
@@ -255,6 +270,9 @@ pub(crate) fn endpoint_stats_dict<'py>(py: Python<'py>, s: &fencepost_proto::End
 pub struct PyConnection {
     /// Dropped by hand, with the GIL released (see `Drop`).
     inner: ManuallyDrop<Arc<Connection>>,
+    /// Held by each send for its whole length: bytes of concurrent `sendall`s (from
+    /// threads or tasks) never interleave.
+    writer: Arc<tokio::sync::Mutex<()>>,
 }
 
 // Everything that takes an endpoint's lock runs with the GIL released: the endpoint's
@@ -276,7 +294,7 @@ impl Drop for PyConnection {
 
 impl PyConnection {
     fn new(conn: Connection) -> Self {
-        PyConnection { inner: ManuallyDrop::new(Arc::new(conn)) }
+        PyConnection { inner: ManuallyDrop::new(Arc::new(conn)), writer: Arc::default() }
     }
 
     fn conn(&self) -> Arc<Connection> {
@@ -305,16 +323,28 @@ impl PyConnection {
     #[pyo3(signature = (data, timeout=None))]
     fn send(&self, py: Python<'_>, data: Vec<u8>, timeout: Option<f64>) -> PyResult<usize> {
         let conn = self.conn();
-        block_on(py, async move { conn.send(&data).await }, timeout, "send")?.map_err(io_error)
+        let writer = self.writer.clone();
+        block_on(
+            py,
+            async move {
+                let _turn = writer.lock().await;
+                conn.send(&data).await
+            },
+            timeout,
+            "send",
+        )?
+        .map_err(io_error)
     }
 
     /// Queues all of `data`.
     #[pyo3(signature = (data, timeout=None))]
     fn sendall(&self, py: Python<'_>, data: Vec<u8>, timeout: Option<f64>) -> PyResult<()> {
         let conn = self.conn();
+        let writer = self.writer.clone();
         block_on(
             py,
             async move {
+                let _turn = writer.lock().await;
                 let mut rest = &data[..];
                 while !rest.is_empty() {
                     let n = conn.send(rest).await?;
@@ -332,7 +362,7 @@ impl PyConnection {
     #[pyo3(signature = (size, timeout=None))]
     fn recv<'py>(&self, py: Python<'py>, size: usize, timeout: Option<f64>) -> PyResult<Bound<'py, PyBytes>> {
         let conn = self.conn();
-        let mut buf = vec![0u8; size.max(1)];
+        let mut buf = vec![0u8; size.clamp(1, MAX_RECV)];
         let data = block_on(
             py,
             async move {
@@ -352,7 +382,7 @@ impl PyConnection {
         let conn = self.conn();
         runtime();
         pyo3_async_runtimes::tokio::future_into_py(py, async move {
-            let mut buf = vec![0u8; size.max(1)];
+            let mut buf = vec![0u8; size.clamp(1, MAX_RECV)];
             let n = conn.recv(&mut buf).await.map_err(io_error)?;
             Ok(Python::attach(|py| PyBytes::new(py, &buf[..n]).unbind()))
         })
@@ -361,8 +391,10 @@ impl PyConnection {
     /// asyncio: queues all of `data`.
     fn sendall_async<'py>(&self, py: Python<'py>, data: Vec<u8>) -> PyResult<Bound<'py, PyAny>> {
         let conn = self.conn();
+        let writer = self.writer.clone();
         runtime();
         pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let _turn = writer.lock().await;
             let mut rest = &data[..];
             while !rest.is_empty() {
                 let n = conn.send(rest).await.map_err(io_error)?;
@@ -446,7 +478,7 @@ impl PyServer {
     #[pyo3(signature = (timeout=0.2))]
     fn poll(&self, py: Python<'_>, timeout: f64) -> PyResult<Vec<String>> {
         py.check_signals()?;
-        let wait = Duration::from_secs_f64(timeout.max(0.0));
+        let wait = seconds("timeout", timeout)?;
         py.detach(|| drain(&self.reports, wait)).map_err(PyOSError::new_err)
     }
 
@@ -511,7 +543,7 @@ impl PySender {
     #[pyo3(signature = (timeout=0.2))]
     fn poll(&self, py: Python<'_>, timeout: f64) -> PyResult<(Vec<String>, Option<String>)> {
         py.check_signals()?;
-        let wait = Duration::from_secs_f64(timeout.max(0.0));
+        let wait = seconds("timeout", timeout)?;
         let out = py.detach(|| drain(&self.intervals, wait)).map_err(PyOSError::new_err)?;
         let mut done = self.done.lock().map_err(|_| PyOSError::new_err("sender state poisoned"))?;
         if done.as_ref().is_some_and(|t| t.is_finished()) {

@@ -411,7 +411,18 @@ fn tables<'a>(raw: &'a toml::Table, key: &str) -> Result<Vec<&'a toml::Table>, F
 /// `[[flow]]` tables run `from` one host `to` another with their own options;
 /// `[[event]]` tables change a link `at` a time.
 fn scenario_file(path: &Path) -> Result<Topology, FileError> {
-    let text = std::fs::read_to_string(path).map_err(|e| FileError::File(format!("cannot read: {e}")))?;
+    let text = {
+        use std::io::Read;
+        // Scenario files are a few lines of TOML; a device or a huge file is refused, not read forever.
+        const MAX: u64 = 16 << 20;
+        let file = std::fs::File::open(path).map_err(|e| FileError::File(format!("cannot read: {e}")))?;
+        let mut text = String::new();
+        file.take(MAX + 1).read_to_string(&mut text).map_err(|e| FileError::File(format!("cannot read: {e}")))?;
+        if text.len() as u64 > MAX {
+            return Err(FileError::File(format!("larger than {} MB: not a scenario file", MAX >> 20)));
+        }
+        text
+    };
     let stem = path.file_stem().map_or("scenario".into(), |s| s.to_string_lossy().into_owned());
     scenario_text(&text, &stem, path.parent())
 }

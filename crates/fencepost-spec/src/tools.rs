@@ -69,8 +69,9 @@ pub fn tool_options<'a>(command: Command, pairs: impl IntoIterator<Item = (&'a s
     })
 }
 
-/// A transport from transport options only: what the socket API takes.
-pub fn transport_from_options<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<TransportConfig, OptionError> {
+/// A transport from transport options only: what the socket API takes. A server's take
+/// what `serve` takes (`key`), a client's what `send` takes (`peer-key`).
+pub fn transport_from_options<'a>(server: bool, pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<TransportConfig, OptionError> {
     let pairs: Vec<(&str, &str)> = pairs.into_iter().collect();
     let transport_names: Vec<&str> = options::OPTIONS.iter().filter(|o| o.scope == Scope::Transport).map(|o| o.name).collect();
     for (key, _) in &pairs {
@@ -79,7 +80,7 @@ pub fn transport_from_options<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a 
             return Err(fail(&key, format!("not a transport option; accepted: {}", transport_names.join(", "))));
         }
     }
-    let given = Given::parse(Command::Serve, pairs)?;
+    let given = Given::parse(if server { Command::Serve } else { Command::Send }, pairs)?;
     transport_config(|k| given.get(k))
 }
 
@@ -105,8 +106,8 @@ mod tests {
 
     #[test]
     fn the_socket_api_takes_transport_options_only() {
-        assert_eq!(transport_from_options([("packet_size", "500")]).unwrap().max_payload, 500);
-        let e = transport_from_options([("loss", "1%")]).unwrap_err();
+        assert_eq!(transport_from_options(true, [("packet_size", "500")]).unwrap().max_payload, 500);
+        let e = transport_from_options(false, [("loss", "1%")]).unwrap_err();
         assert!(e.message.starts_with("not a transport option; accepted: profile, arq, cc"), "{e}");
     }
 }
