@@ -74,10 +74,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         s = server.endpoint_stats()
         server.shutdown()
-        print(f"\nfencepost serve: stopped; datagrams received {s['datagrams_received']:,}, dropped: malformed {s['malformed']:,}, "
-              f"unknown connection {s['unknown_connection']:,}, wrong address {s['wrong_address']:,}, wrong version {s['wrong_version']:,}, "
-              f"refused {s['refused']:,}, forged handshakes {s['forged_handshakes']:,}; retries sent {s['retries_sent']:,}, "
-              f"stateless resets sent {s['stateless_resets_sent']:,}", file=sys.stderr)
+        if args.json:
+            print(json.dumps({"endpoint": s}), flush=True)
+        print(f"\nfencepost serve: stopped; datagrams received {s['datagrams_received']:,} ({s['bytes_received']:,} bytes), "
+              f"dropped: malformed {s['malformed']:,}, unknown connection {s['unknown_connection']:,}, wrong address {s['wrong_address']:,}, "
+              f"wrong version {s['wrong_version']:,}, refused {s['refused']:,}, forged handshakes {s['forged_handshakes']:,}; "
+              f"sent without a connection: {s['retries_sent']:,} retries and {s['stateless_resets_sent']:,} stateless resets "
+              f"({s['stateless_bytes_sent']:,} bytes)", file=sys.stderr)
         return 0
 
 
@@ -217,7 +220,7 @@ def add_parsers(subparsers) -> None:
                               description="Accept fencepost connections. As a sink, answer each with the SHA-256 of what arrived; with --echo, send everything back.")
     p.add_argument("--listen", metavar="HOST:PORT", default="0.0.0.0:5201", help="address to listen on (default 0.0.0.0:5201)")
     p.add_argument("--echo", action="store_true", help="echo every byte back instead of sinking it")
-    p.add_argument("--json", action="store_true", help="one JSON line per finished connection")
+    p.add_argument("--json", action="store_true", help="one JSON line per finished connection, and the endpoint's counters when stopped")
     add_arguments(p, "serve")
     p.set_defaults(handler=cmd_serve)
 
