@@ -198,15 +198,22 @@ enum Secure {
     /// Version 1: plaintext, nothing to do.
     Off,
     /// The client's Initial is out: its Noise message (resent as it is), and the retry token the server gave.
-    Client { handshake: Box<ClientHandshake>, token: Vec<u8>, retries: u32 },
+    Client { handshake: Box<ClientHandshake>, token: Vec<u8>, retries: u32, sent_timestamps: Vec<u32> },
     /// After the Accept: its Noise message, to tell the server's repeats from forgeries.
     ClientDone { accept: Vec<u8> },
-    /// The server answered: the Initial's Noise message and the Accept's, resent while the client repeats its Initial.
-    Server { initial: Vec<u8>, accept: Vec<u8> },
+    /// The server answered: the Initial's Noise message and the Accept's, resent while the
+    /// client repeats its Initial; the secrets, should another Initial replace this one
+    /// before the client confirms; how many Initials it answered.
+    Server { initial: Vec<u8>, accept: Vec<u8>, secrets: Box<ConnectionSecrets>, answers: u32 },
 }
 
 /// Retries a client follows before it stops taking tokens (a server asks once; more are an attacker's).
 const MAX_RETRIES: u32 = 4;
+/// Different Initials a server answers for one connection before the client confirms:
+/// a copy with its first message changed can race the real one (pattern NX does not
+/// authenticate that message), and the real one must still win; beyond this, the
+/// Diffie-Hellman work is not spent again.
+const MAX_ANSWERS: u32 = 8;
 /// The parameters in a version 2 handshake's Noise payload: (server: its id,) max payload, window, reset token.
 const CLIENT_PARAMETERS_LEN: usize = 2 + 4 + RESET_TOKEN_LEN;
 const SERVER_PARAMETERS_LEN: usize = 4 + CLIENT_PARAMETERS_LEN;
@@ -390,7 +397,7 @@ impl Connection {
             parameters.extend_from_slice(&conn.assembler.window().to_be_bytes());
             parameters.extend_from_slice(&conn.reset_token);
             match ClientHandshake::start(noise, local_cid, secrets.seed, &parameters) {
-                Ok(handshake) => conn.secure = Secure::Client { handshake: Box::new(handshake), token: Vec::new(), retries: 0 },
+                Ok(handshake) => conn.secure = Secure::Client { handshake: Box::new(handshake), token: Vec::new(), retries: 0, sent_timestamps: Vec::new() },
                 Err(e) => conn.lose(ConnectionError::Handshake(e.0)),
             }
         }
@@ -411,24 +418,11 @@ impl Connection {
                 conn.last_rx_timestamp = initial.timestamp;
                 conn.stats.bytes_received += wire::HANDSHAKE_LEN as u64;
             }
-            Hello::V2 { src_cid, timestamp, pattern, cipher, noise, size } => {
+            Hello::V2 { timestamp, pattern, cipher, noise, size, .. } => {
                 if conn.config.protection.noise().is_none() {
                     return Err(HandshakeError("a protected (version 2) Initial to a plaintext endpoint"));
                 }
-                let pattern = Pattern::from_u8(*pattern).ok_or(HandshakeError("unknown handshake pattern"))?;
-                let cipher = Cipher::from_u8(*cipher).ok_or(HandshakeError("unknown cipher"))?;
-                let key = secrets.static_key.as_ref().ok_or(HandshakeError("the server has no static key"))?;
-                let mut parameters = Vec::with_capacity(SERVER_PARAMETERS_LEN);
-                parameters.extend_from_slice(&local_cid.to_be_bytes());
-                parameters.extend_from_slice(&conn.config.max_payload.to_be_bytes());
-                parameters.extend_from_slice(&conn.assembler.window().to_be_bytes());
-                parameters.extend_from_slice(&conn.reset_token);
-                let (client, accept, keys) = crypto::server_handshake(key, pattern, cipher, *src_cid, secrets.seed, noise, |_| parameters)?;
-                let (max_payload, window, token) = read_parameters(&client).ok_or(HandshakeError("the client's parameters do not parse"))?;
-                conn.take_handshake_parameters(max_payload, window);
-                conn.peer_reset_token = Some(token);
-                conn.protection = Box::new(AeadProtection::new(cipher, &keys, false));
-                conn.secure = Secure::Server { initial: noise.clone(), accept };
+                conn.answer_initial(*pattern, *cipher, noise, secrets)?;
                 conn.last_rx_timestamp = *timestamp;
                 conn.stats.bytes_received += *size as u64;
             }
@@ -436,6 +430,32 @@ impl Connection {
         conn.last_rx_time = now;
         conn.stats.packets_received += 1;
         Ok(conn)
+    }
+
+    /// The server's side of a version 2 handshake: reads the Initial's Noise message and
+    /// writes the Accept's, and takes the keys. Until the client's first protected packet
+    /// confirms them, a different Initial from the same address and id may replace them
+    /// (see `handle_secure_handshake`).
+    fn answer_initial(&mut self, pattern: u8, cipher: u8, noise: &[u8], secrets: &ConnectionSecrets) -> Result<(), HandshakeError> {
+        let pattern = Pattern::from_u8(pattern).ok_or(HandshakeError("unknown handshake pattern"))?;
+        let cipher = Cipher::from_u8(cipher).ok_or(HandshakeError("unknown cipher"))?;
+        let key = secrets.static_key.as_ref().ok_or(HandshakeError("the server has no static key"))?;
+        let mut parameters = Vec::with_capacity(SERVER_PARAMETERS_LEN);
+        parameters.extend_from_slice(&self.local_cid.to_be_bytes());
+        parameters.extend_from_slice(&self.config.max_payload.to_be_bytes());
+        parameters.extend_from_slice(&self.assembler.window().to_be_bytes());
+        parameters.extend_from_slice(&self.reset_token);
+        let (client, accept, keys) = crypto::server_handshake(key, pattern, cipher, self.peer_cid, secrets.seed, noise, |_| parameters)?;
+        let (max_payload, window, token) = read_parameters(&client).ok_or(HandshakeError("the client's parameters do not parse"))?;
+        self.take_handshake_parameters(max_payload, window);
+        self.peer_reset_token = Some(token);
+        self.protection = Box::new(AeadProtection::new(cipher, &keys, false));
+        let answers = match &self.secure {
+            Secure::Server { answers, .. } => answers + 1,
+            _ => 1,
+        };
+        self.secure = Secure::Server { initial: noise.to_vec(), accept, secrets: Box::new(secrets.clone()), answers };
+        Ok(())
     }
 
     // ---- getters ----
@@ -593,9 +613,23 @@ impl Connection {
             return;
         }
         let genuine = match (packet, &mut self.secure) {
-            (SecureHandshake::Initial { timestamp, noise, .. }, Secure::Server { initial, .. }) => {
+            (SecureHandshake::Initial { timestamp, pattern, cipher, noise, .. }, Secure::Server { initial, secrets, answers, .. }) => {
                 if initial.as_slice() != noise {
-                    false
+                    // Another first message for the same id and address. Before the client
+                    // confirms, it may be the real one that a tampered copy beat here.
+                    if self.state != State::Handshake || *answers >= MAX_ANSWERS {
+                        false
+                    } else {
+                        let secrets = secrets.clone();
+                        match self.answer_initial(pattern, cipher, noise, &secrets) {
+                            Ok(()) => {
+                                self.note_ack_eliciting(now, timestamp);
+                                self.handshake_due = true;
+                                true
+                            }
+                            Err(_) => false,
+                        }
+                    }
                 } else if self.state == State::Handshake {
                     // A repeat of the Initial we answered: our Accept was lost.
                     self.note_ack_eliciting(now, timestamp);
@@ -617,10 +651,14 @@ impl Connection {
                 }
                 take
             }
-            (SecureHandshake::Accept { src_cid, echo_timestamp, noise, .. }, Secure::Client { handshake, .. }) => {
+            (SecureHandshake::Accept { echo_timestamp, noise, .. }, Secure::Client { handshake, sent_timestamps, .. }) => {
+                // Only the Noise message is authenticated: the server's id comes from inside it
+                // (the one in clear is ignored), and the echoed timestamp counts only if it is
+                // one we sent, so a copy with its clear fields changed cannot spoil the handshake.
+                let echo_is_ours = sent_timestamps.contains(&echo_timestamp);
                 match handshake.finish(noise) {
                     Ok((parameters, server_key, keys)) => match read_server_parameters(&parameters) {
-                        Some((cid, max_payload, window, token)) if cid == src_cid => {
+                        Some((src_cid, max_payload, window, token)) => {
                             let cipher = handshake.cipher;
                             self.secure = Secure::ClientDone { accept: noise.to_vec() };
                             self.protection = Box::new(AeadProtection::new(cipher, &keys, true));
@@ -628,7 +666,9 @@ impl Connection {
                             self.peer_reset_token = Some(token);
                             self.peer_cid = src_cid;
                             self.take_handshake_parameters(max_payload, window);
-                            self.take_rtt_sample(now, echo_timestamp, 0);
+                            if echo_is_ours {
+                                self.take_rtt_sample(now, echo_timestamp, 0);
+                            }
                             self.state = State::Established;
                             self.rto_backoff = 0;
                             self.events.push_back(Event::Connected);
@@ -965,6 +1005,10 @@ impl Connection {
     /// The server's handshake completes on the first packet that uses its connection id.
     fn confirm_server(&mut self, _now: Instant) {
         if self.side == Side::Server && self.state == State::Handshake {
+            if let Secure::Server { secrets, .. } = &mut self.secure {
+                // The keys are confirmed: nothing will replace them, so the secrets can go.
+                **secrets = ConnectionSecrets { seed: [0; 32], reset_token: [0; RESET_TOKEN_LEN], static_key: None };
+            }
             self.state = State::Established;
             self.handshake_due = false;
             self.rto_backoff = 0;
@@ -1359,6 +1403,13 @@ impl Connection {
 
     fn emit_handshake(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         let timestamp = self.timestamp(now);
+        if let Secure::Client { sent_timestamps, .. } = &mut self.secure {
+            // The Accept's echo must be one of these (the last few Initials').
+            if sent_timestamps.len() == 8 {
+                sent_timestamps.remove(0);
+            }
+            sent_timestamps.push(timestamp);
+        }
         let secure = match &self.secure {
             Secure::Off => None,
             Secure::Client { handshake, token, .. } => Some(SecureHandshake::Initial {
