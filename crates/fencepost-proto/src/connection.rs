@@ -1643,7 +1643,8 @@ impl Connection {
             self.progress_position = position;
             self.last_progress = now;
         }
-        let outstanding = self.disassembler.bytes_in_flight() > 0 || self.assembler.has_holes();
+        // Sent and not yet acknowledged (in flight, or lost and waiting to be resent), or held behind a hole.
+        let outstanding = self.disassembler.lowest_unacked() < self.disassembler.next_seq() || self.assembler.has_holes();
         match self.config.progress_timeout {
             Some(limit) if outstanding && matches!(self.state, State::Established | State::Closed) => {
                 self.timers.set(Timer::Progress, self.last_progress + limit)

@@ -158,3 +158,27 @@ fn a_timeout_restarts_the_timer_instead_of_resending_the_whole_flight() {
     assert!(s.retransmission_timeouts > 5 && s.retransmission_timeouts <= 3_000 / 50, "{} timeouts", s.retransmission_timeouts);
     assert!(s.retransmissions <= 2 * s.retransmission_timeouts, "{} retransmissions for {} timeouts", s.retransmissions, s.retransmission_timeouts);
 }
+
+#[test]
+fn a_stream_that_stops_advancing_ends_with_no_progress_though_the_peer_answers() {
+    // Packet 0 never gets through (a path that loses it, or a peer that never acknowledges
+    // it): acks keep coming, so the idle timer never fires, but nothing can be delivered.
+    let config = TransportConfig { progress_timeout: Some(Duration::from_secs(3)), ..fast_config() };
+    let mut p = Pair::new(config.clone(), config);
+    p.drop = Box::new(|to_server, ty, seq, _| to_server && ty == PacketType::Data && seq == Some(0));
+    p.run_until(at(20));
+    p.client.write(&[1u8; 500]).unwrap();
+    p.run_until(at(20) + Duration::from_secs(2));
+    assert_eq!(p.client.state(), State::Established, "two seconds without progress is not yet the limit");
+    p.run_until(at(20) + Duration::from_secs(10));
+    let expected = ConnectionError::NoProgress { stalled: Duration::from_secs(3) };
+    assert!(matches!(p.client.error(), Some(ConnectionError::NoProgress { stalled }) if *stalled >= Duration::from_secs(3) && *stalled < Duration::from_secs(4)), "{:?}", p.client.error());
+    assert!(p.client.error().unwrap().to_string().contains("no progress"), "{expected:?}");
+    // The receiver held data behind the hole all along: it ends the same way.
+    let server = p.server.as_ref().unwrap();
+    assert!(matches!(server.error(), Some(ConnectionError::NoProgress { .. })), "{:?} {:?} {:?} {:?}", server.error(), server.state(), server.poll_timeout(), server.stats());
+    // An idle connection with nothing outstanding is not a stalled one.
+    let mut quiet = Pair::new(TransportConfig { progress_timeout: Some(Duration::from_secs(3)), ..fast_config() }, fast_config());
+    quiet.run_until(at(20) + Duration::from_secs(20));
+    assert_eq!(quiet.client.state(), State::Established);
+}
