@@ -4,7 +4,8 @@
 //!
 //! A packet goes through these stages, each optional:
 //!
-//! 1. **loss** on entry (Bernoulli or Gilbert–Elliott), then **duplication**;
+//! 1. **duplication** on entry, then **loss** (Bernoulli or Gilbert–Elliott) for
+//!    each copy on its own, as netem does: a copy can stand in for a lost original;
 //! 2. a **droptail queue**, limited in bytes or packets;
 //! 3. the **bottleneck**: unlimited, a constant rate, or a mahimahi trace with
 //!    mahimahi's exact semantics (see [`trace`]); loss may be placed here
@@ -462,21 +463,30 @@ impl<P: Clone> Link<P> {
             self.record(now, LinkEventKind::BlackoutDropped, id, size);
             return;
         }
+        // As netem: the copy is made first and then meets loss on its own, like any packet.
+        let copy = if self.chance(self.config.duplicate) {
+            let copy_id = self.next_id;
+            self.next_id += 1;
+            self.stats.duplicated += 1;
+            self.record(now, LinkEventKind::Duplicated, copy_id, size);
+            Some((copy_id, packet.clone()))
+        } else {
+            None
+        };
+        self.enter(now, id, packet, size);
+        if let Some((copy_id, packet)) = copy {
+            self.enter(now, copy_id, packet, size);
+        }
+    }
+
+    /// One copy of a packet past the blackout check: loss on entry, then the queue.
+    fn enter(&mut self, now: Micros, id: u64, packet: P, size: usize) {
         if self.config.loss_position == LossPosition::BeforeQueue && self.draw_loss() {
             self.stats.lost += 1;
             self.record(now, LinkEventKind::Lost, id, size);
             return;
         }
-        if self.chance(self.config.duplicate) {
-            let copy_id = self.next_id;
-            self.next_id += 1;
-            self.stats.duplicated += 1;
-            self.record(now, LinkEventKind::Duplicated, copy_id, size);
-            self.admit(now, Queued { packet: packet.clone(), size, id, admitted: now });
-            self.admit(now, Queued { packet, size, id: copy_id, admitted: now });
-        } else {
-            self.admit(now, Queued { packet, size, id, admitted: now });
-        }
+        self.admit(now, Queued { packet, size, id, admitted: now });
     }
 
     fn admit(&mut self, now: Micros, item: Queued<P>) {
@@ -816,9 +826,16 @@ mod tests {
         assert_eq!(run(3).1, delivered, "same seed, same packets");
         assert_ne!(run(4).1, delivered);
         assert_eq!(stats.delivered as usize, delivered.len());
-        let loss = stats.lost as f64 / 10_000.0;
-        assert!((loss - 0.3).abs() < 0.02, "loss {loss}");
-        let dup = stats.duplicated as f64 / (10_000 - stats.lost) as f64;
+        let dup = stats.duplicated as f64 / 10_000.0;
         assert!((dup - 0.2).abs() < 0.02, "duplication {dup}");
+        // Every copy meets loss on its own (netem's rule), originals and duplicates alike.
+        let loss = stats.lost as f64 / (10_000 + stats.duplicated) as f64;
+        assert!((loss - 0.3).abs() < 0.02, "loss {loss}");
+        // So a packet gets through unless the original and its copy are both lost:
+        // with duplication d and loss p, 1 - p (1 - d + d p) of them.
+        let distinct: std::collections::HashSet<_> = delivered.iter().map(|&(_, id)| id).collect();
+        let through = distinct.len() as f64 / 10_000.0;
+        let expected = 1.0 - 0.3 * (1.0 - 0.2 + 0.2 * 0.3);
+        assert!((through - expected).abs() < 0.02, "{through} of the packets got through, expected {expected}");
     }
 }

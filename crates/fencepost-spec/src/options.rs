@@ -153,7 +153,7 @@ pub static OPTIONS: &[OptionSpec] = &[
     per_direction(option("rate", Scope::Link, Kind::Rate, "RATE", "", "bottleneck rate, e.g. 100mbit (default unlimited)", SIMULATED)),
     per_direction(option("trace", Scope::Link, Kind::Path, "FILE", "", "mahimahi bandwidth trace (instead of --rate)", SIMULATED)),
     per_direction(option("queue", Scope::Link, Kind::Queue, "LIMIT", "unlimited", "droptail queue before the bottleneck: 64kB, 100pkt or unlimited", SIMULATED)),
-    per_direction(option("dup", Scope::Link, Kind::Probability, "P", "0%", "probability a packet is duplicated", SIMULATED)),
+    per_direction(option("dup", Scope::Link, Kind::Probability, "P", "0%", "probability a packet is duplicated on entry (the copy then meets loss on its own, as in netem)", SIMULATED)),
     per_direction(option("corrupt", Scope::Link, Kind::Probability, "P", "0%", "probability a packet has one bit flipped (the receiving host's checksums discard it)", SIMULATED)),
     per_direction(OptionSpec {
         choices: &["before", "after"],
