@@ -142,7 +142,7 @@ async fn relay(socket: Arc<UdpSocket>, server: SocketAddr, attack: bool, forged:
                     if let Some(c) = client_cid {
                         let mut accept = vec![2, 1, c[0], c[1], c[2], c[3], 2, 0x12, 0x34, 0x56, 0x78, 0, 0, 0, 1, 0, 122];
                         accept.extend((0..122).map(|_| dice.next() as u8));
-                        let mut retry = vec![2, 1, c[0], c[1], c[2], c[3], 3, 24];
+                        let mut retry = vec![2, 1, c[0], c[1], c[2], c[3], 3, 0, 0, 0, 1, 24];
                         retry.extend((0..24).map(|_| dice.next() as u8));
                         for f in [accept, retry] {
                             let _ = forge_tx.send((f, client));

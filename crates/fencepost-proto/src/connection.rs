@@ -641,13 +641,18 @@ impl Connection {
                     return;
                 }
             }
-            (SecureHandshake::Retry { token, .. }, Secure::Client { token: ours, retries, .. }) => {
+            (SecureHandshake::Retry { echo_timestamp, token, .. }, Secure::Client { token: ours, retries, sent_timestamps, .. }) => {
                 let take = self.state == State::Handshake && *retries < MAX_RETRIES && !token.is_empty();
                 if take {
                     *ours = token.to_vec();
                     *retries += 1;
                     self.stats.retries_received += 1;
                     self.handshake_due = true;
+                    // The round trip it shows starts the timer that repeats the Initial (if the
+                    // echo is one of ours; the Retry itself is not authenticated).
+                    if sent_timestamps.contains(&echo_timestamp) {
+                        self.take_rtt_sample(now, echo_timestamp, 0);
+                    }
                 }
                 take
             }

@@ -448,7 +448,11 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
     /// Asks a client to prove its address, keeping nothing: the token says who it was given to.
     fn retry(&mut self, now_ms: u64, hello: &Hello, remote: A, buf: &mut [u8]) -> Option<DatagramEvent<A>> {
         let token = self.secrets.retry_token(now_ms, hello.src_cid(), &remote);
-        let size = SecureHandshake::Retry { dst_cid: hello.src_cid(), token: &token }.emit(buf).ok()?;
+        let echo_timestamp = match hello {
+            Hello::V2 { timestamp, .. } => *timestamp,
+            Hello::V1(hs) => hs.timestamp,
+        };
+        let size = SecureHandshake::Retry { dst_cid: hello.src_cid(), echo_timestamp, token: &token }.emit(buf).ok()?;
         self.stats.retries_sent += 1;
         self.stats.stateless_bytes_sent += size as u64;
         Some(DatagramEvent::Response { destination: remote, transmit: Transmit { size, packet_type: PacketType::Handshake } })
@@ -881,7 +885,7 @@ mod tests {
         assert_eq!(&got[..6], b"onetwo");
         // A forged Accept to the established client, and a Retry: dropped, counted.
         let client_stats = net.0.connection(h).unwrap().stats().unauthenticated_packets;
-        let n = SecureHandshake::Retry { dst_cid: h.0, token: &[1; 24] }.emit(&mut response).unwrap();
+        let n = SecureHandshake::Retry { dst_cid: h.0, echo_timestamp: 1, token: &[1; 24] }.emit(&mut response).unwrap();
         let retry = response[..n].to_vec();
         net.0.handle_datagram(t, 1, &retry, &mut []);
         let n = SecureHandshake::Accept { dst_cid: h.0, src_cid: peer, echo_timestamp: 1, noise: &[7; 90] }.emit(&mut response).unwrap();

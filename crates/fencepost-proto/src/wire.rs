@@ -434,8 +434,10 @@ pub enum SecureHandshake<'a> {
     /// Client to server (destination id 0), padded to [`MIN_INITIAL_LEN`]. `token` is
     /// empty until a Retry gave one.
     Initial { src_cid: u32, timestamp: u32, pattern: u8, cipher: u8, token: &'a [u8], noise: &'a [u8] },
-    /// Server to client: prove you receive at your address by sending the Initial again with this token.
-    Retry { dst_cid: u32, token: &'a [u8] },
+    /// Server to client: prove you receive at your address by sending the Initial again with
+    /// this token. Echoes the Initial's timestamp, so the client's retransmission timer can
+    /// start from the path's round trip instead of a guess.
+    Retry { dst_cid: u32, echo_timestamp: u32, token: &'a [u8] },
     /// Server to client: the server's id, the Initial's timestamp echoed, and the second Noise message.
     Accept { dst_cid: u32, src_cid: u32, echo_timestamp: u32, noise: &'a [u8] },
 }
@@ -491,12 +493,13 @@ impl<'a> SecureHandshake<'a> {
                 Ok(SecureHandshake::Accept { dst_cid: header.dst_cid, src_cid, echo_timestamp, noise })
             }
             PHASE_RETRY => {
-                r.need(1)?;
+                r.need(5)?;
+                let echo_timestamp = r.u32();
                 let token_len = r.u8() as usize;
                 r.need(token_len)?;
                 let token = r.take(token_len);
                 r.finish()?;
-                Ok(SecureHandshake::Retry { dst_cid: header.dst_cid, token })
+                Ok(SecureHandshake::Retry { dst_cid: header.dst_cid, echo_timestamp, token })
             }
             _ => Err(DecodeError::InvalidField("phase")),
         }
@@ -513,11 +516,11 @@ impl<'a> SecureHandshake<'a> {
                 field(noise.len(), "noise")?;
                 ((HEADER_LEN + 14 + token.len() + noise.len()).max(MIN_INITIAL_LEN), 0, HandshakePhase::Initial as u8)
             }
-            SecureHandshake::Retry { dst_cid, token } => {
+            SecureHandshake::Retry { dst_cid, token, .. } => {
                 if token.len() > 255 {
                     return Err(EncodeError::FieldTooLarge("token"));
                 }
-                (HEADER_LEN + 2 + token.len(), *dst_cid, PHASE_RETRY)
+                (HEADER_LEN + 6 + token.len(), *dst_cid, PHASE_RETRY)
             }
             SecureHandshake::Accept { dst_cid, noise, .. } => {
                 field(noise.len(), "noise")?;
@@ -545,7 +548,8 @@ impl<'a> SecureHandshake<'a> {
                 let pad = len - w.pos;
                 w.bytes(&[0u8; MIN_INITIAL_LEN][..pad]);
             }
-            SecureHandshake::Retry { token, .. } => {
+            SecureHandshake::Retry { echo_timestamp, token, .. } => {
+                w.u32(*echo_timestamp);
                 w.u8(token.len() as u8);
                 w.bytes(token);
             }
@@ -802,7 +806,7 @@ mod tests {
 
     pub(crate) const V2_VECTORS: &[(&str, &str)] = &[
         ("v2-initial", "02 01 00000000 01 0a0b0c0d 00000064 02 01 00 0004 aaaaaaaa"),
-        ("v2-retry", "02 01 0a0b0c0d 03 04 bbbbbbbb"),
+        ("v2-retry", "02 01 0a0b0c0d 03 00000064 04 bbbbbbbb"),
         ("v2-accept", "02 01 0a0b0c0d 02 11223344 00000064 0004 cccccccc"),
         ("v2-stateless-reset", "02 07 11223344 dddddddddddddddddddddddddddddddd"),
     ];
@@ -819,7 +823,7 @@ mod tests {
         assert_eq!(SecureHandshake::parse(&buf[..n]).unwrap(), initial);
         assert!(SecureHandshake::parse(&buf[..n - 1]).is_err(), "an Initial shorter than 256 bytes");
         for (name, packet) in [
-            ("v2-retry", SecureHandshake::Retry { dst_cid: 0x0a0b0c0d, token: &[0xbb; 4] }),
+            ("v2-retry", SecureHandshake::Retry { dst_cid: 0x0a0b0c0d, echo_timestamp: 100, token: &[0xbb; 4] }),
             ("v2-accept", SecureHandshake::Accept { dst_cid: 0x0a0b0c0d, src_cid: 0x11223344, echo_timestamp: 100, noise: &[0xcc; 4] }),
         ] {
             let n = packet.emit(&mut buf).unwrap();

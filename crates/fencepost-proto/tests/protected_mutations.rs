@@ -177,7 +177,7 @@ fn the_v2_decoders_never_panic_on_random_bytes() {
             let noise: Vec<u8> = (0..rng.next_u32() % 150).map(|_| rng.next_u32() as u8).collect();
             let packet = match rng.next_u32() % 3 {
                 0 => SecureHandshake::Initial { src_cid: rng.next_u32() | 1, timestamp: rng.next_u32(), pattern: 1, cipher: 2, token: &token, noise: &noise },
-                1 => SecureHandshake::Retry { dst_cid: rng.next_u32() | 1, token: &token },
+                1 => SecureHandshake::Retry { dst_cid: rng.next_u32() | 1, echo_timestamp: rng.next_u32(), token: &token },
                 _ => SecureHandshake::Accept { dst_cid: rng.next_u32() | 1, src_cid: rng.next_u32() | 1, echo_timestamp: 5, noise: &noise },
             };
             let n = packet.emit(&mut buf).unwrap();
