@@ -10,7 +10,7 @@ Goodput is every flow's bytes over the time from the first connection attempt
 to the last flow's last byte (one flow: its goodput); means with 95 %
 confidence half-widths. Packets sent are summed over flows.
 
-Usage: python bench/lab_vs_sim.py [--trials N] [--trace-dir DIR] [--json]
+Usage: python bench/lab_vs_sim.py [--trials N] [--trace-dir DIR] [--only TEXT] [--json]
 """
 
 from __future__ import annotations
@@ -57,9 +57,12 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=8)
     ap.add_argument("--trace-dir", default=str(HERE.parent.parent / "shared" / "traces"))
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--only", metavar="TEXT", help="run only the scenarios whose name contains TEXT")
     args = ap.parse_args()
     results = {}
     for name, options in scenarios(Path(args.trace_dir)).items():
+        if args.only and args.only not in name:
+            continue
         flows = int(options.get("flows", 1))
         sim_rows = [sim.run(**options, seed=1 + t) for t in range(args.trials)]
         sim_ok = [r for r in sim_rows if r.integrity_ok]

@@ -108,6 +108,18 @@ fn is_ip(frame: &[u8]) -> bool {
     ethertype == ETHERTYPE_IPV4 || ethertype == ETHERTYPE_IPV6
 }
 
+/// A TCP or UDP packet (IPv4 or IPv6): traffic of the run, as opposed to what the
+/// hosts' kernels send on their own when an interface comes up (IGMP, say).
+fn is_transport(frame: &[u8]) -> bool {
+    let ip = &frame[ETHERNET_HEADER..];
+    let protocol = match u16::from_be_bytes([frame[12], frame[13]]) {
+        ETHERTYPE_IPV4 if ip.len() > 9 => ip[9],
+        ETHERTYPE_IPV6 if ip.len() > 6 => ip[6],
+        _ => return false,
+    };
+    protocol == 6 || protocol == 17
+}
+
 fn quantile_ms(h: &DelayHistogram, q: f64) -> Option<f64> {
     h.quantile(q).map(|us| us as f64 / 1000.0)
 }
@@ -150,7 +162,10 @@ pub fn run(spec: EmulatorSpec, stop: &AtomicBool, ready: impl FnOnce()) -> io::R
         writeln!(log, "# fencepost emulator log: time_us direction event bytes id (+ queued, > left bottleneck, - delivered, d lost, q queue full, b blackout, 2 duplicated)")?;
     }
     ready();
-    let start = Instant::now();
+    // The links' clock starts with the run's first packet, as the simulator's starts with
+    // its flows: a trace is then in the same phase in both, whatever the setup took.
+    let mut start = Instant::now();
+    let mut timeline_started = false;
     let new_side = |input: PacketSocket, config: LinkConfig, seed: u64| {
         let mut link = Link::new(config, seed, 0);
         link.observe(spec.log.is_some());
@@ -252,6 +267,14 @@ pub fn run(spec: EmulatorSpec, stop: &AtomicBool, ready: impl FnOnce()) -> io::R
                 }
                 if n > 1514 {
                     oversize += 1;
+                }
+                if !timeline_started && is_transport(frame) {
+                    timeline_started = true;
+                    let waited = stamp.map_or(0, |at| ((realtime_ns() - at).max(0) / 1000) as u64);
+                    start = Instant::now() - Duration::from_micros(waited);
+                    for side in sides.iter_mut() {
+                        side.link_time = 0;
+                    }
                 }
                 let now = now_us(start);
                 // The frame reached the router when the kernel stamped it; the time it then
