@@ -1033,6 +1033,7 @@ impl Connection {
             return;
         }
         self.stats.data_packets_received += 1;
+        let previous_timestamp = self.last_rx_timestamp;
         self.note_ack_eliciting(now, timestamp);
         if payload.len() > self.config.max_payload as usize {
             self.stats.protocol_violations += 1;
@@ -1060,8 +1061,9 @@ impl Connection {
             }
             Arrival::Duplicate => {
                 self.stats.duplicate_packets_received += 1;
-                // The sender resent something we hold: our acks are getting lost.
-                self.ack_now |= continuous;
+                // The sender resent something we hold: our acks are getting lost. (A copy sent
+                // on purpose carries its original's timestamp, the one just received: not that.)
+                self.ack_now |= continuous && timestamp != previous_timestamp;
             }
             Arrival::BeyondWindow => {
                 self.stats.beyond_window_packets += 1;

@@ -622,6 +622,8 @@ impl Simulation {
                 packets_sent: c.packets_sent,
                 data_packets_sent: c.data_packets_sent,
                 retransmissions: c.retransmissions,
+                redundancy: t.redundancy.describe(),
+                redundant_packets_sent: c.redundant_packets_sent,
                 acks_sent: c.acks_sent,
                 keepalives_sent: c.keepalives_sent,
                 handshake_packets_sent: c.handshakes_sent,

@@ -1,5 +1,5 @@
 //! Property test: hundreds of seeded scenarios across loss 0–70 % (Bernoulli and
-//! Gilbert–Elliott), jitter that reorders, duplication, both profiles and both
+//! Gilbert–Elliott), jitter that reorders, duplication on the link and by the sender, both profiles and both
 //! recovery modes. Every transfer must complete byte-exact, or end in an idle
 //! timeout that the loss explains. Never a wrong byte, a panic, or a run past its bound.
 
@@ -43,6 +43,7 @@ fn transfers_complete_byte_exact_or_time_out_for_cause() {
         let messages = format!("{}", 5 + rng.next_u32() % 40);
         let seed = format!("{case}");
         let loss_text = format!("{loss}");
+        let redundancy = pick(&mut rng, &["none", "none", "dup:25%", "dup:50%", "dup:100%"]);
         let mut options = vec![
             ("profile", profile),
             ("arq", arq),
@@ -52,6 +53,7 @@ fn transfers_complete_byte_exact_or_time_out_for_cause() {
             ("delay", delay.as_str()),
             ("jitter", jitter.as_str()),
             ("dup", dup.as_str()),
+            ("redundancy", redundancy),
             ("seed", seed.as_str()),
             ("timeout", "900s"),
             ("loss-model", loss_model.as_str()),

@@ -33,6 +33,9 @@ pub struct FlowReport {
     pub packets_sent: u64,
     pub data_packets_sent: u64,
     pub retransmissions: u64,
+    pub redundancy: String,
+    /// Repair packets (copies) the client sent beside its data packets.
+    pub redundant_packets_sent: u64,
     pub acks_sent: u64,
     pub keepalives_sent: u64,
     pub handshake_packets_sent: u64,
@@ -196,6 +199,8 @@ pub static FLOW_FIELDS: &[Field] = &[
     field("packets_sent", Int, true, "every datagram the client sent (data, retransmissions, acks, handshakes)"),
     field("data_packets_sent", Int, true, "data and FIN packets the client sent, retransmissions included"),
     field("retransmissions", Int, true, "data packets the client sent again"),
+    field("redundancy", Str, false, "redundancy, as a spec --redundancy reads back"),
+    field("redundant_packets_sent", Int, true, "repair packets (copies) the client sent beside its data packets"),
     field("acks_sent", Int, true, "acks the client sent"),
     field("keepalives_sent", Int, false, "keepalives the client sent"),
     field("handshake_packets_sent", Int, false, "handshake packets the client sent"),
@@ -290,7 +295,8 @@ impl RunReport {
         } else {
             format!("{} messages, {} B", o("messages"), thousands(r.bytes_expected))
         };
-        let _ = writeln!(out, "{} {size} | profile {}, arq {}, cc {}, payload {} B", r.workload, r.profile, r.arq, r.cc, r.payload_size);
+        let redundancy = if r.redundancy.is_empty() || r.redundancy == "none" { String::new() } else { format!(", redundancy {}", r.redundancy) };
+        let _ = writeln!(out, "{} {size} | profile {}, arq {}, cc {}{redundancy}, payload {} B", r.workload, r.profile, r.arq, r.cc, r.payload_size);
         if self.flows.len() > 1 || self.topology != "line" {
             let _ = writeln!(out, "topology {}: {} flow(s) over {} link(s), seed {}", self.topology, self.flows.len(), self.links.len() / 2, self.seed);
         }
@@ -333,10 +339,11 @@ impl RunReport {
         let _ = writeln!(out, "time to completion {:.3} s (virtual), goodput {}", r.duration_s, rate(r.goodput_bps));
         let _ = writeln!(
             out,
-            "packets sent {}: data {} (retransmissions {}), acks {}, handshake {}; peer sent {}",
+            "packets sent {}: data {} (retransmissions {}){}, acks {}, handshake {}; peer sent {}",
             thousands(r.packets_sent),
             thousands(r.data_packets_sent),
             thousands(r.retransmissions),
+            if r.redundant_packets_sent > 0 { format!(", copies {}", thousands(r.redundant_packets_sent)) } else { String::new() },
             thousands(r.acks_sent),
             thousands(r.handshake_packets_sent),
             thousands(r.peer_packets_sent)

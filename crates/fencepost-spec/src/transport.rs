@@ -6,7 +6,7 @@
 use crate::options::{fail, OptionError, CC_FORMS};
 use crate::units::{self, parse_params, UnitError};
 use fencepost_proto::congestion::{BbrConfig, CubicConfig};
-use fencepost_proto::{Arq, Cipher, ControllerConfig, Duration, FixedConfig, Profile, ProtectionConfig, PublicKey, RenoConfig, StaticKey, TransportConfig};
+use fencepost_proto::{Arq, Cipher, ControllerConfig, Duration, FixedConfig, Profile, ProtectionConfig, PublicKey, RedundancyConfig, RenoConfig, StaticKey, TransportConfig};
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
@@ -137,6 +137,15 @@ pub fn describe_cc(config: &ControllerConfig) -> String {
     }
 }
 
+/// `none` or `dup:R` (R a share of data packets, `50%` or `0.5`).
+pub fn parse_redundancy(spec: &str) -> Result<RedundancyConfig, UnitError> {
+    match spec.split_once(':') {
+        None if spec == "none" => Ok(RedundancyConfig::None),
+        Some(("dup", share)) => Ok(RedundancyConfig::Duplicate { share: units::parse_probability(share)? }),
+        _ => Err(UnitError(format!("{spec:?} is not a redundancy; accepted: none, dup:R (a share of packets sent twice, like dup:50%)"))),
+    }
+}
+
 /// Key files hold one line of base64; anything longer is not a key file.
 const MAX_KEY_FILE: u64 = 4096;
 
@@ -176,6 +185,9 @@ pub fn transport_config<'a>(get: impl Fn(&str) -> Option<&'a str>) -> Result<Tra
             return Err(fail("packet-size", format!("{bytes} bytes is out of range; a payload is 16 to 65000 bytes")));
         }
         transport.max_payload = bytes as u16;
+    }
+    if let Some(spec) = get("redundancy").filter(|s| !s.is_empty()) {
+        transport.redundancy = parse_redundancy(spec).map_err(|e| fail("redundancy", e))?;
     }
     if let Some(insecure) = get("insecure").filter(|s| !s.is_empty()) {
         if units::parse_switch(insecure).map_err(|e| fail("insecure", e))? {
