@@ -33,6 +33,12 @@ pub struct FlowIo {
     /// Bytes read by an application that differ from what was sent (must stay 0).
     pub wrong_bytes: u64,
     pub read_buf: Vec<u8>,
+    /// A stream: each delivered message's latency in microseconds, from when it was due
+    /// to be sent to when its last byte was read, in order.
+    pub message_latencies_us: Vec<u64>,
+    /// A stream: when the client's connection was established and the stream began (the
+    /// messages' due times count from here, so the handshake is not in their latency).
+    pub stream_started: Option<Instant>,
 }
 
 impl FlowIo {
@@ -47,6 +53,8 @@ impl FlowIo {
             delivered_at_deadline: None,
             wrong_bytes: 0,
             read_buf: vec![0; CHUNK],
+            message_latencies_us: Vec::new(),
+            stream_started: None,
         }
     }
 
@@ -140,6 +148,28 @@ pub fn build(workload: &Workload, start: Instant, app_seed: u64) -> Built {
             let expected = if duration.is_some() { 0 } else { bytes };
             (Box::new(client), Box::new(Sink { closed: false }), FlowIo::new(digests, verifier, expected), Some(pattern))
         }
+        Workload::Stream { message_bytes, interval, duration } => {
+            let pattern = BulkPattern::new(app_seed);
+            let verifier = Verifier::Bulk { pattern: pattern.clone(), chunk: vec![0; CHUNK], pos: CHUNK, offset: 0u64.wrapping_sub(CHUNK as u64) };
+            let digests = StreamDigests::inline(Some(pattern.clone()));
+            let count = (duration.total_micros() / interval.total_micros()).max(1);
+            let client = StreamSender {
+                start: None,
+                interval,
+                message_bytes,
+                count,
+                sent: 0,
+                owed: 0,
+                written: 0,
+                pattern: pattern.clone(),
+                chunk: vec![0; CHUNK],
+                chunk_pos: CHUNK,
+                chunk_offset: 0u64.wrapping_sub(CHUNK as u64),
+                closed: false,
+            };
+            let server = StreamSink { interval, message_bytes, read: 0, next_message: 0, closed: false };
+            (Box::new(client), Box::new(server), FlowIo::new(digests, verifier, count * message_bytes), Some(pattern))
+        }
         Workload::Echo { messages } => {
             let client = EchoClient {
                 messages_left: messages,
@@ -204,6 +234,116 @@ impl ClientApp for BulkSender {
 
     fn wakeup(&self) -> Option<Instant> {
         self.write_until.filter(|_| !self.closed)
+    }
+}
+
+/// A constant-rate stream: message `k` is due at `start + k * interval`, `start` being
+/// when the connection was established; what the send buffer does not take at once goes
+/// as soon as it can. Closes after the last message.
+struct StreamSender {
+    start: Option<Instant>,
+    interval: Duration,
+    message_bytes: u64,
+    count: u64,
+    /// Messages due so far.
+    sent: u64,
+    /// Bytes of due messages not yet taken by the send buffer.
+    owed: u64,
+    written: u64,
+    pattern: BulkPattern,
+    chunk: Vec<u8>,
+    chunk_pos: usize,
+    chunk_offset: u64,
+    closed: bool,
+}
+
+impl ClientApp for StreamSender {
+    fn run(&mut self, now: Instant, conn: &mut Connection, io: &mut FlowIo) {
+        let start = match self.start {
+            Some(s) => s,
+            None if conn.is_established() => {
+                io.stream_started = Some(now);
+                *self.start.insert(now)
+            }
+            None => return,
+        };
+        while self.sent < self.count && start + Duration::from_micros(self.interval.total_micros() * self.sent) <= now {
+            self.sent += 1;
+            self.owed += self.message_bytes;
+        }
+        while self.owed > 0 {
+            if self.chunk_pos == self.chunk.len() {
+                self.chunk_offset = self.chunk_offset.wrapping_add(self.chunk.len() as u64);
+                self.pattern.fill(self.chunk_offset, &mut self.chunk);
+                self.chunk_pos = 0;
+            }
+            let want = self.owed.min((self.chunk.len() - self.chunk_pos) as u64) as usize;
+            let Ok(n) = conn.write(&self.chunk[self.chunk_pos..self.chunk_pos + want]) else { return };
+            if n == 0 {
+                break;
+            }
+            io.digests.update_sent_pattern(n as u64);
+            self.chunk_pos += n;
+            self.owed -= n as u64;
+            self.written += n as u64;
+        }
+        if self.sent == self.count && self.owed == 0 && !self.closed {
+            conn.close(now);
+            self.closed = true;
+        }
+    }
+
+    fn wakeup(&self) -> Option<Instant> {
+        let start = self.start?;
+        (self.sent < self.count).then(|| start + Duration::from_micros(self.interval.total_micros() * self.sent))
+    }
+}
+
+/// Reads a stream like [`Sink`], noting when each message's last byte arrives.
+struct StreamSink {
+    interval: Duration,
+    message_bytes: u64,
+    read: u64,
+    next_message: u64,
+    closed: bool,
+}
+
+impl ServerApp for StreamSink {
+    fn run(&mut self, now: Instant, conn: &mut Connection, io: &mut FlowIo) {
+        let mut eof = false;
+        loop {
+            let buf = io.digests.receive_buffer();
+            let n = match conn.read(buf) {
+                Ok(0) => {
+                    eof = true;
+                    0
+                }
+                Ok(n) => {
+                    io.wrong_bytes += io.verifier.check(&buf[..n]);
+                    n
+                }
+                Err(ReadError::WouldBlock) | Err(ReadError::ConnectionLost(_)) => 0,
+            };
+            io.digests.commit_received(n);
+            if n == 0 {
+                break;
+            }
+            io.server_received += n as u64;
+            self.read += n as u64;
+            while (self.next_message + 1) * self.message_bytes <= self.read {
+                let Some(start) = io.stream_started else { break };
+                let due = start + Duration::from_micros(self.interval.total_micros() * self.next_message);
+                io.message_latencies_us.push((now - due).total_micros());
+                self.next_message += 1;
+            }
+        }
+        if eof && !self.closed {
+            conn.close(now);
+            self.closed = true;
+        }
+        if eof {
+            io.complete(now);
+        }
     }
 }
 

@@ -130,7 +130,7 @@ impl Flow {
     fn delivered(&self) -> u64 {
         match self.spec.workload {
             Workload::Echo { .. } => self.io.client_received,
-            Workload::Bulk { .. } => self.io.server_received,
+            Workload::Bulk { .. } | Workload::Stream { .. } => self.io.server_received,
         }
     }
 
@@ -577,7 +577,7 @@ impl Simulation {
             let completed = io.completed_at;
             let bytes_delivered = match flow.spec.workload {
                 Workload::Echo { .. } => io.client_received,
-                Workload::Bulk { .. } => io.server_received,
+                Workload::Bulk { .. } | Workload::Stream { .. } => io.server_received,
             };
             let interval_s = self.scenario.series.as_secs_f64();
             let goodput_series_bps: Vec<f64> =
@@ -640,6 +640,11 @@ impl Simulation {
                 rtt_mean_ms,
                 rtt_p95_ms,
                 wrong_bytes: io.wrong_bytes,
+                messages_delivered: io.message_latencies_us.len() as u64,
+                message_latency_p50_ms: latency_quantile(&io.message_latencies_us, 0.50),
+                message_latency_p95_ms: latency_quantile(&io.message_latencies_us, 0.95),
+                message_latency_p99_ms: latency_quantile(&io.message_latencies_us, 0.99),
+                message_latencies_ms: io.message_latencies_us.iter().map(|&us| us as f64 / 1000.0).collect(),
                 timeout_silence_s,
                 goodput_series_bps,
             });
@@ -704,4 +709,15 @@ impl Simulation {
 /// Runs one scenario to its end.
 pub fn run(scenario: Scenario) -> RunReport {
     Simulation::new(scenario).run()
+}
+
+/// A message-latency quantile (nearest rank), milliseconds; `None` without messages.
+fn latency_quantile(latencies_us: &[u64], q: f64) -> Option<f64> {
+    if latencies_us.is_empty() {
+        return None;
+    }
+    let mut sorted = latencies_us.to_vec();
+    sorted.sort_unstable();
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    Some(sorted[rank - 1] as f64 / 1000.0)
 }

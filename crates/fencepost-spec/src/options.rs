@@ -127,9 +127,10 @@ pub const CC_FORMS: &str = "none[:window=N,rate=R,pacing=on|off], tahoe[:iw=N,ss
 pub static OPTIONS: &[OptionSpec] = &[
     // ---- workload ----
     per_flow(OptionSpec {
-        choices: &["bulk", "echo"],
-        ..option("workload", Scope::Workload, Kind::Choice, "bulk|echo", "bulk",
-            "bulk: send --bytes (or for --time) and close; echo: the seed article's messages of 200-400 B, 2-20 ms apart, echoed back",
+        choices: &["bulk", "echo", "stream"],
+        ..option("workload", Scope::Workload, Kind::Choice, "bulk|echo|stream", "bulk",
+            "bulk: send --bytes (or for --time) and close; echo: the seed article's messages of 200-400 B, 2-20 ms apart, echoed back; \
+             stream: messages of --message-size at --message-rate for --time (default 10s), each message's latency measured",
             SIMULATED)
     }),
     per_flow(option("bytes", Scope::Workload, Kind::Size, "SIZE", "1MB", "bytes to send, e.g. 1000000, 64kB, 100MB, 1GB", &[Sim, Sweep, Send])),
@@ -137,6 +138,8 @@ pub static OPTIONS: &[OptionSpec] = &[
         aliases: &["duration"],
         ..option("time", Scope::Workload, Kind::Duration, "DURATION", "", "send for this long instead of a number of bytes, e.g. 10s", &[Sim, Sweep, Send])
     }),
+    per_flow(option("message-size", Scope::Workload, Kind::Size, "SIZE", "1kB", "stream: bytes per message", SIMULATED)),
+    per_flow(option("message-rate", Scope::Workload, Kind::Rate, "RATE", "2mbit", "stream: the rate messages are sent at (message size over their spacing)", SIMULATED)),
     per_flow(option("messages", Scope::Workload, Kind::Count, "N", "1000", "messages in the echo workload", &[Sim, Sweep, EchoBench])),
     per_flow(option("start", Scope::Workload, Kind::Duration, "DURATION", "0", "when the flow starts; with several flows, once for all or once per flow", SIMULATED)),
     // ---- link ----

@@ -52,6 +52,12 @@ pub struct FlowReport {
     pub rtt_mean_ms: Option<f64>,
     pub rtt_p95_ms: Option<f64>,
     pub wrong_bytes: u64,
+    /// A stream: messages whose last byte the server read, and their latency (due to read).
+    pub messages_delivered: u64,
+    pub message_latency_p50_ms: Option<f64>,
+    pub message_latency_p95_ms: Option<f64>,
+    pub message_latency_p99_ms: Option<f64>,
+    pub message_latencies_ms: Vec<f64>,
     pub timeout_silence_s: Option<f64>,
     /// Goodput over each `--series` interval from the run's start, bits per second (empty when off).
     pub goodput_series_bps: Vec<f64>,
@@ -217,7 +223,12 @@ pub static FLOW_FIELDS: &[Field] = &[
     field("rtt_mean_ms", OptionalFloat, true, "mean RTT sample"),
     field("rtt_p95_ms", OptionalFloat, true, "95th percentile RTT sample (nearest rank)"),
     field("wrong_bytes", Int, false, "bytes an application read that differ from what was sent, checked as they were read (always 0)"),
+    field("messages_delivered", Int, false, "stream: messages whose last byte the server read"),
+    field("message_latency_p50_ms", OptionalFloat, true, "stream: median message latency, from when a message was due to be sent to when its last byte was read"),
+    field("message_latency_p95_ms", OptionalFloat, true, "stream: 95th percentile message latency (nearest rank)"),
+    field("message_latency_p99_ms", OptionalFloat, true, "stream: 99th percentile message latency (nearest rank)"),
     field("timeout_silence_s", OptionalFloat, false, "after an idle timeout: how long the timed-out side had heard nothing"),
+    field("message_latencies_ms", Floats, false, "stream: every delivered message's latency, in order (for CDFs)"),
     field("goodput_series_bps", Floats, false, "goodput over each --series interval from the run's start, bits per second (empty unless --series)"),
 ];
 
@@ -292,6 +303,8 @@ impl RunReport {
         let mut out = String::new();
         let size = if r.workload == "bulk" {
             format!("{} B", thousands(r.bytes_expected))
+        } else if r.workload == "stream" {
+            format!("{} B in messages of {} at {}", thousands(r.bytes_expected), o("message-size"), o("message-rate"))
         } else {
             format!("{} messages, {} B", o("messages"), thousands(r.bytes_expected))
         };
@@ -348,6 +361,9 @@ impl RunReport {
             thousands(r.handshake_packets_sent),
             thousands(r.peer_packets_sent)
         );
+        if let (Some(p50), Some(p95), Some(p99)) = (r.message_latency_p50_ms, r.message_latency_p95_ms, r.message_latency_p99_ms) {
+            let _ = writeln!(out, "messages delivered {}, latency p50 {p50:.2} ms, p95 {p95:.2} ms, p99 {p99:.2} ms", thousands(r.messages_delivered));
+        }
         if let (Some(mean), Some(p95)) = (r.rtt_mean_ms, r.rtt_p95_ms) {
             let _ = writeln!(out, "RTT mean {mean:.2} ms, p95 {p95:.2} ms ({} samples)", thousands(r.rtt_samples as u64));
         }

@@ -22,6 +22,11 @@ pub enum Workload {
     /// The seed article's benchmark: `messages` random messages of 200–400 bytes,
     /// 2–20 ms apart, echoed back by the server.
     Echo { messages: u32 },
+    /// A constant-rate stream of messages (video frames, say): one of `message_bytes`
+    /// every `interval` for `duration` from when the connection is established; the
+    /// server measures each message's latency, from when it was due to be sent to when
+    /// its last byte could be read.
+    Stream { message_bytes: u64, interval: Duration, duration: Duration },
 }
 
 impl Workload {
@@ -29,6 +34,7 @@ impl Workload {
         match self {
             Workload::Bulk { .. } => "bulk",
             Workload::Echo { .. } => "echo",
+            Workload::Stream { .. } => "stream",
         }
     }
 
@@ -62,7 +68,27 @@ impl Workload {
                     .ok_or_else(|| fail("messages", "expected a whole number of messages, from 1 to 4294967295"))?;
                 Ok(Workload::Echo { messages })
             }
-            other => Err(fail("workload", format!("{other:?} is not a workload; accepted: bulk, echo"))),
+            "stream" => {
+                let size = units::parse_bytes(get("message-size").unwrap_or(default_of("message-size"))).map_err(|e| fail("message-size", e))?;
+                if size == 0 {
+                    return Err(fail("message-size", "must be at least 1 byte"));
+                }
+                let rate = units::parse_rate(get("message-rate").unwrap_or(default_of("message-rate"))).map_err(|e| fail("message-rate", e))?;
+                if rate == 0 {
+                    return Err(fail("message-rate", "must be more than 0"));
+                }
+                let duration = units::parse_duration(get("time").unwrap_or("10s")).map_err(|e| fail("time", e))?;
+                if duration == 0 {
+                    return Err(fail("time", "must be more than 0"));
+                }
+                if get("bytes").is_some() {
+                    return Err(fail("bytes", "a stream runs for --time at --message-rate; it takes no --bytes"));
+                }
+                // The spacing that makes the rate: size in bits over bits per second.
+                let interval = (size.saturating_mul(8_000_000) / rate).max(1);
+                Ok(Workload::Stream { message_bytes: size, interval: Duration::from_micros(interval), duration: Duration::from_micros(duration) })
+            }
+            other => Err(fail("workload", format!("{other:?} is not a workload; accepted: bulk, echo, stream"))),
         }
     }
 }
