@@ -24,7 +24,8 @@ use crate::stats::ConnectionStats;
 use crate::time::{Duration, Instant};
 use crate::timer::{Timer, TimerTable};
 use crate::trace::{LossTrigger, TraceEvent};
-use crate::wire::{self, Ack, Body, Close, Handshake, HandshakePhase, Header, Keepalive, Packet, PacketType, Reset, ResetReason, SecureHandshake, StatelessReset};
+use crate::fec;
+use crate::wire::{self, Ack, Body, Close, Feedback, Handshake, HandshakePhase, Header, Keepalive, Packet, PacketType, Repair, Reset, ResetReason, SecureHandshake, StatelessReset};
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
@@ -302,7 +303,22 @@ pub struct Connection {
     bitmap_scratch: Vec<u8>,
     readable_signalled: bool,
     finish_signalled: bool,
+    /// Rebuilds lost data from the peer's repair packets; made when the first repair arrives.
+    fec_decoder: Option<Box<fec::Decoder>>,
+    /// Data packets the peer sent for the first time, by sequence number, and how many of
+    /// them were missing when a later one arrived: what [`Feedback`] reports.
+    rx_expected: u64,
+    rx_missing: u64,
+    /// `rx_expected` when feedback last left; feedback is due every [`FEEDBACK_EVERY`] packets.
+    feedback_sent_at: u64,
+    /// Losses already told to the redundancy stage.
+    losses_reported: u64,
 }
+
+/// Data packets between two feedback packets to a peer that sends repairs.
+const FEEDBACK_EVERY: u64 = 32;
+/// Source packets a decoder keeps to rebuild from (the longest repair span the stages send, and some).
+const FEC_DECODER_KEEP: usize = 512;
 
 impl fmt::Debug for Connection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -384,6 +400,11 @@ impl Connection {
             bitmap_scratch: Vec::new(),
             readable_signalled: false,
             finish_signalled: false,
+            fec_decoder: None,
+            rx_expected: 0,
+            rx_missing: 0,
+            feedback_sent_at: 0,
+            losses_reported: 0,
             config,
         }
     }
@@ -764,13 +785,23 @@ impl Connection {
                 self.confirm_server(now);
                 let seq = wire::expand_seq(d.seq, self.assembler.fence_base());
                 self.trace_received(now, PacketType::Data, Some(seq), datagram.len());
-                self.on_data(now, seq, d.timestamp, d.payload, false);
+                self.on_data(now, seq, Some(d.timestamp), d.payload, false);
             }
             Body::Close(c) => {
                 self.confirm_server(now);
                 let seq = wire::expand_seq(c.seq, self.assembler.fence_base());
                 self.trace_received(now, PacketType::Close, Some(seq), datagram.len());
-                self.on_data(now, seq, c.timestamp, &[], true);
+                self.on_data(now, seq, Some(c.timestamp), &[], true);
+            }
+            Body::Repair(r) => {
+                self.confirm_server(now);
+                self.trace_received(now, PacketType::Repair, None, datagram.len());
+                self.on_repair(now, &r);
+            }
+            Body::Feedback(f) => {
+                self.confirm_server(now);
+                self.trace_received(now, PacketType::Feedback, None, datagram.len());
+                self.redundancy.on_feedback(now, f.expected, f.missing);
             }
             Body::Ack(ack) => {
                 self.confirm_server(now);
@@ -788,7 +819,44 @@ impl Connection {
                 self.lose(ConnectionError::Reset(r.reason));
             }
         }
+        self.report_losses_to_redundancy(now);
         self.update_timers(now);
+    }
+
+    /// Tells the redundancy stage about losses found since it last heard.
+    fn report_losses_to_redundancy(&mut self, now: Instant) {
+        let lost = self.stats.packets_lost;
+        if lost > self.losses_reported {
+            self.redundancy.on_lost(now, lost - self.losses_reported);
+            self.losses_reported = lost;
+        }
+    }
+
+    /// A repair packet: rebuilds what it can of the data still missing.
+    fn on_repair(&mut self, now: Instant, r: &Repair<'_>) {
+        if self.state == State::Handshake {
+            self.stats.protocol_violations += 1;
+            return;
+        }
+        self.stats.repairs_received += 1;
+        let Some(scheme) = fec::Scheme::from_u8(r.scheme) else {
+            self.stats.protocol_violations += 1;
+            return;
+        };
+        let first = wire::expand_seq(r.first_seq, self.assembler.fence_base());
+        let decoder = self.fec_decoder.get_or_insert_with(|| Box::new(fec::Decoder::new(FEC_DECODER_KEEP)));
+        let rebuilt = decoder.add_repair(scheme, first, r.span as usize, r.index, r.symbol);
+        self.take_rebuilt(now, rebuilt);
+    }
+
+    fn take_rebuilt(&mut self, now: Instant, rebuilt: Vec<(u64, Vec<u8>)>) {
+        for (seq, symbol) in rebuilt {
+            if let Some((payload, fin)) = fec::parse_symbol(&symbol) {
+                self.stats.packets_rebuilt += 1;
+                let payload = payload.to_vec();
+                self.on_data(now, seq, None, &payload, fin);
+            }
+        }
     }
 
     /// Handles whatever timers expired by `now`; harmless when called early or twice.
@@ -832,6 +900,7 @@ impl Connection {
             self.keepalive_due = true;
         }
         self.timers.take_expired(Timer::Pacing, now);
+        self.report_losses_to_redundancy(now);
         self.update_timers(now);
     }
 
@@ -955,6 +1024,13 @@ impl Connection {
         if self.ack_now {
             return self.emit_ack(now, buf);
         }
+        if self.fec_decoder.is_some() && self.rx_expected >= self.feedback_sent_at + FEEDBACK_EVERY {
+            // The peer sends repairs: tell it what the path loses, so an adaptive code can follow.
+            self.feedback_sent_at = self.rx_expected;
+            let packet = Packet { dst_cid: self.peer_cid, body: Body::Feedback(Feedback { expected: self.rx_expected, missing: self.rx_missing }) };
+            self.stats.feedback_sent += 1;
+            return self.emit(now, &packet, buf, None, false);
+        }
         if self.keepalive_due {
             self.keepalive_due = false;
             self.last_ack_eliciting_sent = now;
@@ -1026,19 +1102,42 @@ impl Connection {
         self.last_rx_time = now;
     }
 
-    fn on_data(&mut self, now: Instant, seq: u64, timestamp: u32, payload: &[u8], fin: bool) {
+    /// A data (or FIN) packet: from the wire with its timestamp, or rebuilt from repairs without one.
+    fn on_data(&mut self, now: Instant, seq: u64, timestamp: Option<u32>, payload: &[u8], fin: bool) {
         if self.state == State::Handshake {
             // A client cannot get data before the Accept that names the server.
             self.stats.protocol_violations += 1;
             return;
         }
-        self.stats.data_packets_received += 1;
         let previous_timestamp = self.last_rx_timestamp;
-        self.note_ack_eliciting(now, timestamp);
+        if let Some(timestamp) = timestamp {
+            self.stats.data_packets_received += 1;
+            self.note_ack_eliciting(now, timestamp);
+            // What a peer that adapts its redundancy needs: first transmissions missing.
+            if seq >= self.rx_expected {
+                self.rx_missing += seq - self.rx_expected;
+                self.rx_expected = seq + 1;
+            }
+        }
+        let timestamp = timestamp.unwrap_or(0);
         if payload.len() > self.config.max_payload as usize {
             self.stats.protocol_violations += 1;
             return;
         }
+        if let Some(decoder) = self.fec_decoder.as_mut() {
+            // Keep it for repairs still to come; it may complete one already here.
+            let rebuilt = decoder.add_source(seq, fec::source_symbol(payload, fin));
+            if !rebuilt.is_empty() {
+                // Handle this packet first, then what it let rebuild.
+                self.insert_data(now, seq, timestamp, previous_timestamp, payload, fin);
+                self.take_rebuilt(now, rebuilt);
+                return;
+            }
+        }
+        self.insert_data(now, seq, timestamp, previous_timestamp, payload, fin);
+    }
+
+    fn insert_data(&mut self, now: Instant, seq: u64, timestamp: u32, previous_timestamp: u32, payload: &[u8], fin: bool) {
         let base_before = self.assembler.fence_base();
         let arrival = self.assembler.insert(seq, payload, fin);
         // RFC 9000 (13.2.1): ack at once when a packet opens a new gap or arrives below
@@ -1259,7 +1358,9 @@ impl Connection {
         }
         let rtt = self.rtt.get().max(self.rtt.latest());
         let loss_delay = rtt.mul_f64(self.time_threshold).max(Duration::from_millis(1));
-        let losses = self.disassembler.detect_losses(now, self.reorder_threshold, loss_delay);
+        // With repairs on the way, a hole may be rebuilt before the packets that show it are acked.
+        let threshold = self.reorder_threshold.max(self.redundancy.repair_allowance());
+        let losses = self.disassembler.detect_losses(now, threshold, loss_delay);
         self.report_losses(now);
         self.timers.put(Timer::LossDetection, losses.next_check);
         if losses.packets > 0 {
@@ -1529,6 +1630,7 @@ impl Connection {
                 let in_flight = self.disassembler.bytes_in_flight();
                 if in_flight + (self.config.max_datagram() as u64) <= self.controller.window() {
                     self.delivery.on_app_limited(in_flight);
+                    self.redundancy.on_app_limited(now);
                 }
             }
             return None;

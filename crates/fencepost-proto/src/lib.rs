@@ -13,6 +13,7 @@ pub mod connection;
 pub mod crypto;
 pub mod disassembler;
 pub mod endpoint;
+pub mod fec;
 pub mod protection;
 pub mod redundancy;
 pub mod rtt;

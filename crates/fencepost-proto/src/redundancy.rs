@@ -24,6 +24,23 @@ pub trait Redundancy: fmt::Debug + Send {
     /// A repair packet is waiting: [`Redundancy::poll_repair`] would return one now.
     fn has_repair(&self) -> bool;
 
+    /// The sender's loss detection declared `packets` more data packets lost.
+    fn on_lost(&mut self, _now: Instant, _packets: u64) {}
+
+    /// The receiver's account, cumulative: of `expected` first transmissions, `missing`
+    /// had not arrived when a later one did (what it rebuilt from repairs included).
+    fn on_feedback(&mut self, _now: Instant, _expected: u64, _missing: u64) {}
+
+    /// Data packets after a lost one that the stage's repairs may need to rebuild it: loss
+    /// detection waits for that many before it resends (0: no repairs to wait for).
+    fn repair_allowance(&self) -> u64 {
+        0
+    }
+
+    /// The application gave nothing to send although the window had room: the flow is
+    /// a stream whose messages wait on each loss, not a transfer limited by the path.
+    fn on_app_limited(&mut self, _now: Instant) {}
+
     fn name(&self) -> &str;
 }
 
@@ -40,6 +57,11 @@ pub enum RedundancyConfig {
     None,
     /// This share (0 to 1) of data packets is sent twice, spread evenly: 0.5 copies every other packet.
     Duplicate { share: f64 },
+    /// Forward error correction with a fixed code.
+    Fec(FecCode),
+    /// Forward error correction whose repair rate follows the loss the receiver reports,
+    /// spending at most `budget` (repair packets per data packet); none on a clean path.
+    AdaptiveFec { budget: f64 },
     /// A stage from outside this crate.
     Custom(Arc<dyn RedundancyFactory>),
 }
@@ -49,6 +71,8 @@ impl PartialEq for RedundancyConfig {
         match (self, other) {
             (RedundancyConfig::None, RedundancyConfig::None) => true,
             (RedundancyConfig::Duplicate { share: a }, RedundancyConfig::Duplicate { share: b }) => a == b,
+            (RedundancyConfig::Fec(a), RedundancyConfig::Fec(b)) => a == b,
+            (RedundancyConfig::AdaptiveFec { budget: a }, RedundancyConfig::AdaptiveFec { budget: b }) => a == b,
             (RedundancyConfig::Custom(a), RedundancyConfig::Custom(b)) => Arc::ptr_eq(a, b),
             _ => false,
         }
@@ -60,6 +84,8 @@ impl RedundancyConfig {
         match self {
             RedundancyConfig::None => Box::new(NoRedundancy),
             RedundancyConfig::Duplicate { share } => Box::new(Duplication::new(*share)),
+            RedundancyConfig::Fec(code) => Box::new(FecStage::new(*code)),
+            RedundancyConfig::AdaptiveFec { budget } => Box::new(FecStage::adaptive(*budget)),
             RedundancyConfig::Custom(factory) => factory.build(),
         }
     }
@@ -68,6 +94,9 @@ impl RedundancyConfig {
         match self {
             RedundancyConfig::None => "none",
             RedundancyConfig::Duplicate { .. } => "dup",
+            RedundancyConfig::Fec(FecCode::Block { .. }) => "fec:rs",
+            RedundancyConfig::Fec(FecCode::Window { .. }) => "fec:window",
+            RedundancyConfig::AdaptiveFec { .. } => "fec:adaptive",
             RedundancyConfig::Custom(factory) => factory.name(),
         }
     }
@@ -76,6 +105,9 @@ impl RedundancyConfig {
     pub fn describe(&self) -> String {
         match self {
             RedundancyConfig::Duplicate { share } => format!("dup:{}%", (share * 1e4).round() / 1e2),
+            RedundancyConfig::Fec(FecCode::Block { k, n }) => format!("fec:rs:{k}/{n}"),
+            RedundancyConfig::Fec(FecCode::Window { window, every }) => format!("fec:window:{window}/{every}"),
+            RedundancyConfig::AdaptiveFec { budget } => format!("fec:adaptive:budget={}%", (budget * 1e4).round() / 1e2),
             other => other.name().to_string(),
         }
     }
@@ -94,6 +126,248 @@ impl Redundancy for NoRedundancy {
     }
     fn name(&self) -> &str {
         "none"
+    }
+}
+
+/// A fixed FEC code (see [`crate::fec`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FecCode {
+    /// Reed–Solomon over blocks: after every `k` source packets, `n - k` repairs; any `k` of the `n` rebuild the block.
+    Block { k: u8, n: u8 },
+    /// After every `every` source packets, one repair over the last `window`.
+    Window { window: u8, every: u8 },
+}
+
+/// The windows an adaptive code's repairs span: long for a transfer the path limits
+/// (fewer repairs for the same protection), short for a stream of messages (a loss is
+/// repaired a few packets later, so a message waits little).
+const ADAPTIVE_WINDOW: u8 = 32;
+const ADAPTIVE_STREAM_WINDOW: u8 = 8;
+/// Source packets after the application last left the window unused during which the
+/// flow counts as a stream.
+const APP_LIMITED_MEMORY: u64 = 64;
+
+/// Chooses how often to send a repair from the loss the path shows: the receiver's
+/// feedback (what was missing before repairs rebuilt it) and the sender's own loss
+/// detection, each smoothed, the larger taken.
+#[derive(Debug)]
+struct Adaptive {
+    budget: f64,
+    sent: u64,
+    /// `sent` when the application last left the window unused.
+    app_limited_at: Option<u64>,
+    /// Sender-detected losses and sources sent since the estimate was last updated from them.
+    lost: u64,
+    sent_at_last: u64,
+    from_losses: f64,
+    from_feedback: f64,
+    last_feedback: (u64, u64),
+}
+
+impl Adaptive {
+    fn new(budget: f64) -> Adaptive {
+        Adaptive { budget: budget.clamp(0.0, 1.0), sent: 0, app_limited_at: None, lost: 0, sent_at_last: 0, from_losses: 0.0, from_feedback: 0.0, last_feedback: (0, 0) }
+    }
+
+    fn loss(&self) -> f64 {
+        self.from_losses.max(self.from_feedback)
+    }
+
+    /// The flow left the window unused lately: its messages wait on every loss.
+    fn streaming(&self) -> bool {
+        self.app_limited_at.is_some_and(|at| self.sent - at < APP_LIMITED_MEMORY)
+    }
+
+    /// Repair packets per source packet for a loss rate `p` over a window of `w`: the
+    /// repairs a window needs on average, plus `margin` standard deviations of its
+    /// losses, within the budget; none when nothing is lost. A transfer takes two
+    /// deviations (what is left is resent, which costs time but less than more repairs
+    /// would); a stream four (what is left delays every message behind it by a round trip).
+    fn overhead(p: f64, w: f64, margin: f64, budget: f64) -> f64 {
+        if p < 0.002 {
+            return 0.0;
+        }
+        let mean = p / (1.0 - p).max(0.05);
+        (mean * (1.0 + margin / (w * p).sqrt())).min(budget)
+    }
+
+    /// The code for what the path and the flow show now.
+    fn code(&self) -> FecCode {
+        let (window, margin) = if self.streaming() { (ADAPTIVE_STREAM_WINDOW, 4.0) } else { (ADAPTIVE_WINDOW, 2.0) };
+        let r = Self::overhead(self.loss(), window as f64, margin, self.budget);
+        let every = if r <= 0.0 { u8::MAX } else { (1.0 / r).floor().clamp(1.0, 64.0) as u8 };
+        FecCode::Window { window, every }
+    }
+
+    fn on_sent(&mut self) {
+        self.sent += 1;
+        // Every 64 packets, fold the losses the sender saw into its estimate.
+        if self.sent - self.sent_at_last >= 64 {
+            let rate = self.lost as f64 / (self.sent - self.sent_at_last) as f64;
+            self.from_losses = 0.75 * self.from_losses + 0.25 * rate.min(1.0);
+            self.lost = 0;
+            self.sent_at_last = self.sent;
+        }
+    }
+
+    fn on_lost(&mut self, packets: u64) {
+        self.lost += packets;
+        // A burst of losses is news now, not in 64 packets.
+        let since = (self.sent - self.sent_at_last).max(1);
+        let rate = (self.lost as f64 / since as f64).min(1.0);
+        if rate > self.from_losses && since >= 16 {
+            self.from_losses = rate;
+        }
+    }
+
+    fn on_feedback(&mut self, expected: u64, missing: u64) {
+        let (e0, m0) = self.last_feedback;
+        if expected <= e0 || missing < m0 {
+            return; // late or reordered feedback: nothing new
+        }
+        let rate = ((missing - m0) as f64 / (expected - e0) as f64).min(1.0);
+        let weight = ((expected - e0) as f64 / 128.0).min(1.0);
+        self.from_feedback = (1.0 - weight) * self.from_feedback + weight * rate;
+        self.last_feedback = (expected, missing);
+    }
+}
+
+/// Sends FEC repair packets beside the data: a fixed code, or an adaptive one.
+#[derive(Debug)]
+pub struct FecStage {
+    code: FecCode,
+    adaptive: Option<Adaptive>,
+    encoder: crate::fec::Encoder,
+    since_repair: u32,
+    next_index: u8,
+    /// Whole repair packets (version 1 layout, unprotected) waiting to leave.
+    pending: VecDeque<Vec<u8>>,
+    /// The connection id the data packets carry (repairs go to the same peer).
+    dst_cid: [u8; 4],
+}
+
+impl FecStage {
+    const MAX_PENDING: usize = 64;
+
+    pub fn new(code: FecCode) -> FecStage {
+        let keep = match code {
+            FecCode::Block { k, .. } => k as usize,
+            FecCode::Window { window, .. } => window as usize,
+        };
+        FecStage { code, adaptive: None, encoder: crate::fec::Encoder::new(keep), since_repair: 0, next_index: 0, pending: VecDeque::new(), dst_cid: [0; 4] }
+    }
+
+    /// A window code whose repair rate follows the loss measured, within `budget`.
+    pub fn adaptive(budget: f64) -> FecStage {
+        // Keep enough for the longest window the adaptive code may choose.
+        FecStage { adaptive: Some(Adaptive::new(budget)), ..FecStage::new(FecCode::Window { window: ADAPTIVE_WINDOW, every: u8::MAX }) }
+    }
+
+    fn queue(&mut self, scheme: crate::fec::Scheme, span: usize, index: u8) {
+        let Some((first, symbol)) = self.encoder.repair(scheme, span, index) else { return };
+        let span = span.min((self.encoder.last().unwrap_or(first) - first + 1) as usize);
+        let mut packet = Vec::with_capacity(crate::wire::REPAIR_OVERHEAD + symbol.len());
+        packet.extend_from_slice(&[crate::wire::VERSION, crate::wire::PacketType::Repair as u8]);
+        packet.extend_from_slice(&self.dst_cid);
+        packet.push(scheme as u8);
+        packet.extend_from_slice(&(first as u32).to_be_bytes());
+        packet.push(span as u8);
+        packet.push(index);
+        packet.extend_from_slice(&symbol);
+        if self.pending.len() < Self::MAX_PENDING {
+            self.pending.push_back(packet);
+        }
+    }
+
+    /// The repairs due after one more source packet (`fin`: the stream's last, so the tail is covered too).
+    fn after_source(&mut self, fin: bool) {
+        self.since_repair += 1;
+        match self.code {
+            FecCode::Block { k, n } => {
+                if self.since_repair >= k as u32 || (fin && self.since_repair > 0) {
+                    let span = self.since_repair as usize;
+                    for index in 0..n.saturating_sub(k) {
+                        self.queue(crate::fec::Scheme::Block, span, index);
+                    }
+                    self.since_repair = 0;
+                }
+            }
+            FecCode::Window { window, every } => {
+                if every != u8::MAX && (self.since_repair >= every as u32 || fin) {
+                    let index = self.next_index;
+                    self.next_index = self.next_index.wrapping_add(1);
+                    self.queue(crate::fec::Scheme::Window, window as usize, index);
+                    self.since_repair = 0;
+                }
+            }
+        }
+    }
+}
+
+impl Redundancy for FecStage {
+    fn on_data_packet(&mut self, _now: Instant, seq: u64, retransmission: bool, packet: &[u8]) {
+        if retransmission || packet.len() < crate::wire::HEADER_LEN {
+            return;
+        }
+        let (payload, fin) = match crate::wire::PacketType::from_u8(packet[1]) {
+            Some(crate::wire::PacketType::Data) if packet.len() >= crate::wire::DATA_OVERHEAD => (&packet[crate::wire::DATA_OVERHEAD..], false),
+            Some(crate::wire::PacketType::Close) => (&[][..], true),
+            _ => return,
+        };
+        self.dst_cid.copy_from_slice(&packet[2..6]);
+        self.encoder.add(seq, crate::fec::source_symbol(payload, fin));
+        if let Some(a) = &mut self.adaptive {
+            a.on_sent();
+            self.code = a.code();
+            if let FecCode::Window { window, .. } = self.code {
+                self.encoder.set_keep(window as usize);
+            }
+        }
+        self.after_source(fin);
+    }
+    fn poll_repair(&mut self, _now: Instant, buf: &mut [u8]) -> Option<usize> {
+        while let Some(repair) = self.pending.pop_front() {
+            // A repair that does not fit the datagram is dropped, never sent cut.
+            if repair.len() <= buf.len() {
+                buf[..repair.len()].copy_from_slice(&repair);
+                return Some(repair.len());
+            }
+        }
+        None
+    }
+    fn has_repair(&self) -> bool {
+        !self.pending.is_empty()
+    }
+    fn on_lost(&mut self, _now: Instant, packets: u64) {
+        if let Some(a) = &mut self.adaptive {
+            a.on_lost(packets);
+        }
+    }
+    fn on_feedback(&mut self, _now: Instant, expected: u64, missing: u64) {
+        if let Some(a) = &mut self.adaptive {
+            a.on_feedback(expected, missing);
+        }
+    }
+    fn on_app_limited(&mut self, _now: Instant) {
+        if let Some(a) = &mut self.adaptive {
+            a.app_limited_at = Some(a.sent);
+        }
+    }
+    fn repair_allowance(&self) -> u64 {
+        match self.code {
+            // The whole block and its repairs, then one more packet's ack.
+            FecCode::Block { n, .. } => n as u64 + 1,
+            FecCode::Window { every: u8::MAX, .. } => 0,
+            // Two repairs after the loss; a longer window shares them with more losses.
+            FecCode::Window { every, .. } => 2 * every as u64 + 1,
+        }
+    }
+    fn name(&self) -> &str {
+        match (self.adaptive.is_some(), self.code) {
+            (true, _) => "fec:adaptive",
+            (false, FecCode::Block { .. }) => "fec:rs",
+            (false, FecCode::Window { .. }) => "fec:window",
+        }
     }
 }
 

@@ -15,10 +15,15 @@ pub struct ConnectionStats {
     pub resets_sent: u64,
     /// Repair packets (copies, FEC) sent by the redundancy stage.
     pub redundant_packets_sent: u64,
+    /// Feedback packets sent to a peer that sends repairs.
+    pub feedback_sent: u64,
 
     pub packets_received: u64,
     pub bytes_received: u64,
     pub data_packets_received: u64,
+    /// FEC repair packets received, and the data packets they let this side rebuild.
+    pub repairs_received: u64,
+    pub packets_rebuilt: u64,
     /// Data packets that arrived although this side already held them.
     pub duplicate_packets_received: u64,
     pub acks_received: u64,

@@ -31,6 +31,10 @@ pub const HANDSHAKE_LEN: usize = HEADER_LEN + 19;
 pub const CLOSE_LEN: usize = HEADER_LEN + 8;
 pub const RESET_LEN: usize = HEADER_LEN + 1;
 pub const KEEPALIVE_LEN: usize = HEADER_LEN + 4;
+/// Header + scheme (1) + first sequence number (4) + span (1) + index (1): before the repair symbol.
+pub const REPAIR_OVERHEAD: usize = HEADER_LEN + 7;
+/// Header + packets expected (8) + packets missing (8).
+pub const FEEDBACK_LEN: usize = HEADER_LEN + 16;
 /// Smallest payload a peer may announce; below it a data packet is mostly header.
 pub const MIN_PAYLOAD: u16 = 16;
 
@@ -46,6 +50,10 @@ pub enum PacketType {
     Keepalive = 6,
     /// Version 2 only: a reset proved by a token instead of a key.
     StatelessReset = 7,
+    /// A forward-error-correction repair: a linear combination of source packets.
+    Repair = 8,
+    /// The receiver's account of what it missed, for a sender that adapts its redundancy.
+    Feedback = 9,
 }
 
 impl PacketType {
@@ -58,6 +66,8 @@ impl PacketType {
             5 => PacketType::Reset,
             6 => PacketType::Keepalive,
             7 => PacketType::StatelessReset,
+            8 => PacketType::Repair,
+            9 => PacketType::Feedback,
             _ => return None,
         })
     }
@@ -206,6 +216,27 @@ pub struct Reset {
     pub reason: ResetReason,
 }
 
+/// A repair packet: `symbol` is the combination of the source packets `first_seq ..
+/// first_seq + span` with the coefficients of `scheme` and `index` (see [`crate::fec`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Repair<'a> {
+    pub scheme: u8,
+    /// Low 32 bits of the first source packet's sequence number (expanded as data's are).
+    pub first_seq: u32,
+    pub span: u8,
+    pub index: u8,
+    pub symbol: &'a [u8],
+}
+
+/// What the receiver of a stream missed, cumulative since the connection began: of
+/// `expected` data packets (first transmissions, by sequence number), `missing` had
+/// not arrived when a later one did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Feedback {
+    pub expected: u64,
+    pub missing: u64,
+}
+
 /// Proves liveness when there is nothing else to send; the peer answers with an ack.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Keepalive {
@@ -220,6 +251,8 @@ pub enum Body<'a> {
     Close(Close),
     Reset(Reset),
     Keepalive(Keepalive),
+    Repair(Repair<'a>),
+    Feedback(Feedback),
 }
 
 /// One parsed packet. Borrowing from the datagram keeps parsing allocation-free.
@@ -329,6 +362,23 @@ impl<'a> Packet<'a> {
                 r.finish()?;
                 Body::Keepalive(ka)
             }
+            PacketType::Repair => {
+                r.need(REPAIR_OVERHEAD - HEADER_LEN)?;
+                let repair = Repair { scheme: r.u8(), first_seq: r.u32(), span: r.u8(), index: r.u8(), symbol: r.rest() };
+                if repair.span == 0 {
+                    return Err(DecodeError::InvalidField("span"));
+                }
+                Body::Repair(repair)
+            }
+            PacketType::Feedback => {
+                r.need(FEEDBACK_LEN - HEADER_LEN)?;
+                let feedback = Feedback { expected: r.u64(), missing: r.u64() };
+                r.finish()?;
+                if feedback.missing > feedback.expected {
+                    return Err(DecodeError::InvalidField("missing"));
+                }
+                Body::Feedback(feedback)
+            }
             PacketType::StatelessReset => unreachable!("Header::peek refuses type 7 in version 1"),
         };
         if header.dst_cid == 0 && !matches!(body, Body::Handshake(_)) {
@@ -345,6 +395,8 @@ impl<'a> Packet<'a> {
             Body::Close(_) => PacketType::Close,
             Body::Reset(_) => PacketType::Reset,
             Body::Keepalive(_) => PacketType::Keepalive,
+            Body::Repair(_) => PacketType::Repair,
+            Body::Feedback(_) => PacketType::Feedback,
         }
     }
 
@@ -356,6 +408,8 @@ impl<'a> Packet<'a> {
             Body::Close(_) => CLOSE_LEN,
             Body::Reset(_) => RESET_LEN,
             Body::Keepalive(_) => KEEPALIVE_LEN,
+            Body::Repair(r) => REPAIR_OVERHEAD + r.symbol.len(),
+            Body::Feedback(_) => FEEDBACK_LEN,
         }
     }
 
@@ -398,6 +452,17 @@ impl<'a> Packet<'a> {
             }
             Body::Reset(r) => w.u8(r.reason as u8),
             Body::Keepalive(k) => w.u32(k.timestamp),
+            Body::Repair(r) => {
+                w.u8(r.scheme);
+                w.u32(r.first_seq);
+                w.u8(r.span);
+                w.u8(r.index);
+                w.bytes(r.symbol);
+            }
+            Body::Feedback(f) => {
+                w.u64(f.expected);
+                w.u64(f.missing);
+            }
         }
         debug_assert_eq!(w.pos, len);
         Ok(len)
@@ -655,6 +720,10 @@ impl<'a> Reader<'a> {
         self.pos += 4;
         u32::from_be_bytes([b[0], b[1], b[2], b[3]])
     }
+    fn u64(&mut self) -> u64 {
+        let hi = self.u32() as u64;
+        hi << 32 | self.u32() as u64
+    }
     fn take(&mut self, n: usize) -> &'a [u8] {
         let s = &self.bytes[self.pos..self.pos + n];
         self.pos += n;
@@ -688,6 +757,9 @@ impl Writer<'_> {
         self.bytes(&v.to_be_bytes());
     }
     fn u32(&mut self, v: u32) {
+        self.bytes(&v.to_be_bytes());
+    }
+    fn u64(&mut self, v: u64) {
         self.bytes(&v.to_be_bytes());
     }
     fn bytes(&mut self, v: &[u8]) {
@@ -726,6 +798,8 @@ mod tests {
         ("close", "01 04 11223344 00000008 000007d0"),
         ("reset", "01 05 11223344 00"),
         ("keepalive", "01 06 0a0b0c0d 00002710"),
+        ("repair", "01 08 11223344 02 00000007 10 03 a1b2c3"),
+        ("feedback", "01 09 0a0b0c0d 0000000000000080 0000000000000009"),
     ];
 
     fn vector(name: &str) -> &'static str {
@@ -793,6 +867,13 @@ mod tests {
             Packet { dst_cid: 0x0a0b0c0d, body: Body::Keepalive(Keepalive { timestamp: 10_000 }) },
             vector("keepalive"),
         );
+        roundtrip(
+            Packet { dst_cid: 0x11223344, body: Body::Repair(Repair { scheme: 2, first_seq: 7, span: 16, index: 3, symbol: &[0xa1, 0xb2, 0xc3] }) },
+            vector("repair"),
+        );
+        roundtrip(Packet { dst_cid: 0x0a0b0c0d, body: Body::Feedback(Feedback { expected: 128, missing: 9 }) }, vector("feedback"));
+        assert_eq!(Packet::parse(&hex("01 08 11223344 02 00000007 00 03 a1")), Err(DecodeError::InvalidField("span")));
+        assert_eq!(Packet::parse(&hex("01 09 0a0b0c0d 0000000000000001 0000000000000002")), Err(DecodeError::InvalidField("missing")));
     }
 
     #[test]
@@ -847,7 +928,7 @@ mod tests {
     fn malformed_packets_are_typed_errors() {
         assert_eq!(Packet::parse(&[]), Err(DecodeError::Truncated { needed: 6, got: 0 }));
         assert_eq!(Packet::parse(&hex("02 02 00000001 00000000 00000000")), Err(DecodeError::UnsupportedVersion(2)));
-        assert_eq!(Packet::parse(&hex("01 09 00000001")), Err(DecodeError::UnknownType(9)));
+        assert_eq!(Packet::parse(&hex("01 0a 00000001")), Err(DecodeError::UnknownType(10)));
         // A data packet with the connection id 0 is never valid.
         assert_eq!(
             Packet::parse(&hex("01 02 00000000 00000000 00000000")),

@@ -3,8 +3,11 @@
 use fencepost_sim::{run, Scenario};
 
 fn stream(extra: &[(&str, &str)]) -> fencepost_spec::RunReport {
-    let mut options = vec![("workload", "stream"), ("message-size", "1kB"), ("message-rate", "2mbit"), ("time", "10s"), ("rate", "20mbit"), ("delay", "25ms")];
+    let mut options = vec![("workload", "stream"), ("message-size", "1kB"), ("message-rate", "2mbit"), ("rate", "20mbit"), ("delay", "25ms")];
     options.extend_from_slice(extra);
+    if !extra.iter().any(|(k, _)| *k == "time") {
+        options.push(("time", "10s"));
+    }
     run(Scenario::from_options(options).unwrap())
 }
 
@@ -43,4 +46,60 @@ fn under_loss_the_tail_grows_and_duplication_shortens_it() {
     // A lost packet costs a round trip or more; sent twice, both copies must be lost (1 %).
     assert!(plain > 75.0, "without redundancy the p95 includes recoveries: {plain}");
     assert!(doubled < plain, "duplication shortens the tail: {doubled} vs {plain}");
+}
+
+/// Issue 11's stream: 10 % random loss each way, 50 ms RTT, 20 Mbit/s, 2 Mbit/s of 1 kB messages.
+fn lossy_stream(redundancy: &str, seed: u64) -> fencepost_spec::RunReport {
+    let seed = seed.to_string();
+    stream(&[("time", "30s"), ("loss", "10%"), ("redundancy", redundancy), ("seed", seed.as_str())])
+}
+
+#[test]
+fn adaptive_fec_keeps_the_99th_percentile_within_one_and_a_half_round_trips() {
+    for seed in 1..=4 {
+        let r = lossy_stream("fec:adaptive", seed);
+        assert!(r.integrity_ok, "seed {seed}: {:?}", r.error);
+        assert_eq!(r.messages_delivered, 7_500);
+        let p99 = r.message_latency_p99_ms.unwrap();
+        assert!(p99 <= 75.0, "seed {seed}: p99 {p99} ms against a 50 ms round trip");
+        // A stream gets repairs up to the budget: about one per two packets at 10 % loss.
+        let overhead = r.redundant_packets_sent as f64 / r.data_packets_sent as f64;
+        assert!(overhead > 0.3 && overhead <= 0.51, "seed {seed}: {overhead}");
+    }
+    // Without repairs the tail is a round trip or more.
+    let plain = lossy_stream("none", 1).message_latency_p99_ms.unwrap();
+    assert!(plain > 100.0, "{plain}");
+}
+
+fn bulk(loss: &str, redundancy: &str, seed: u64) -> fencepost_spec::RunReport {
+    let seed = seed.to_string();
+    let options = [("bytes", "20MB"), ("rate", "100mbit"), ("delay", "20ms"), ("loss", loss), ("redundancy", redundancy), ("seed", seed.as_str())];
+    run(Scenario::from_options(options).unwrap())
+}
+
+#[test]
+fn adaptive_fec_spends_little_on_a_bulk_transfer_and_nothing_on_a_clean_path() {
+    for seed in 1..=3 {
+        let r = bulk("10%", "fec:adaptive", seed);
+        assert!(r.integrity_ok, "{:?}", r.error);
+        let needed = r.bytes_delivered.div_ceil(r.payload_size as u64) as f64;
+        // Packets sent (sources, resent ones and repairs) per packet of the stream: at most
+        // 1.3 times what a perfect retransmission scheme needs at this loss, 1 / (1 - p).
+        let sent = (r.data_packets_sent + r.redundant_packets_sent) as f64 / needed;
+        assert!(sent <= 1.3 / 0.9, "seed {seed}: {sent:.3} packets per packet delivered");
+        assert!(r.retransmissions * 10 < r.redundant_packets_sent, "repairs did what retransmissions would have");
+        let clean = bulk("0%", "fec:adaptive", seed);
+        assert!(clean.redundant_packets_sent as f64 <= 0.02 * clean.data_packets_sent as f64, "{} repairs on a clean path", clean.redundant_packets_sent);
+    }
+}
+
+#[test]
+fn fixed_codes_rebuild_what_is_lost() {
+    for code in ["fec:rs:8/12", "fec:window:16/4", "dup:100%"] {
+        let r = lossy_stream(code, 2);
+        assert!(r.integrity_ok, "{code}: {:?}", r.error);
+        let plain = lossy_stream("none", 2);
+        assert!(r.retransmissions * 4 < plain.retransmissions, "{code}: {} retransmissions against {}", r.retransmissions, plain.retransmissions);
+        assert!(r.message_latency_p95_ms.unwrap() < plain.message_latency_p95_ms.unwrap(), "{code}");
+    }
 }

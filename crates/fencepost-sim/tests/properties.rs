@@ -43,7 +43,7 @@ fn transfers_complete_byte_exact_or_time_out_for_cause() {
         let messages = format!("{}", 5 + rng.next_u32() % 40);
         let seed = format!("{case}");
         let loss_text = format!("{loss}");
-        let redundancy = pick(&mut rng, &["none", "none", "dup:25%", "dup:50%", "dup:100%"]);
+        let redundancy = pick(&mut rng, &["none", "none", "dup:25%", "dup:100%", "fec:rs:8/12", "fec:window:16/4", "fec:adaptive"]);
         let mut options = vec![
             ("profile", profile),
             ("arq", arq),

@@ -182,8 +182,9 @@ pub static OPTIONS: &[OptionSpec] = &[
     per_flow(option("cc", Scope::Transport, Kind::Spec, "CC", "", "congestion control: none[:window=N,rate=R,pacing=on|off] (a fixed window), tahoe[:iw=N,ssthresh=N,pacing=on|off], reno[...] (NewReno), cubic[:iw=N,pacing=on|off,hystart=on|off], bbr[:iw=N] (BBR v1), tolerant[:iw=N] (fencepost's loss-tolerant controller) or python:FILE:CLASS (a fencepost.Controller subclass) (default: the profile's; tolerant in the default profile)", ALL)),
     per_flow(option("packet-size", Scope::Transport, Kind::Size, "BYTES", "", "data payload per packet (default: the profile's; 256 in seed, 1458 in default)", ALL)),
     per_flow(option("idle-timeout", Scope::Transport, Kind::Duration, "DURATION", "", "end a connection after this long without hearing from the peer (default: the profile's; 100ms in seed, 30s in default)", ALL)),
-    per_flow(option("redundancy", Scope::Transport, Kind::Spec, "none|dup:R", "none",
-        "redundancy: none, or dup:R to send a share R of data packets twice (0 to 100%; each copy meets loss on its own)", ALL)),
+    per_flow(option("redundancy", Scope::Transport, Kind::Spec, "none|dup:R|fec:...", "none",
+        "redundancy: none; dup:R sends a share R of data packets twice; fec:rs:K/N sends N-K Reed-Solomon repairs after every K packets; \
+         fec:window:W/R one repair over the last W packets after every R; fec:adaptive[:budget=B] repairs as the measured loss needs, at most B (default 50%)", ALL)),
     per_flow(option("insecure", Scope::Transport, Kind::Switch, "BOOL", "false",
         "plaintext packets (wire format version 1): no encryption, no authentication; the seed profile is always plaintext, as the seed article's packets were", ALL)),
     per_flow(OptionSpec {

@@ -206,7 +206,7 @@ pub static FLOW_FIELDS: &[Field] = &[
     field("data_packets_sent", Int, true, "data and FIN packets the client sent, retransmissions included"),
     field("retransmissions", Int, true, "data packets the client sent again"),
     field("redundancy", Str, false, "redundancy, as a spec --redundancy reads back"),
-    field("redundant_packets_sent", Int, true, "repair packets (copies) the client sent beside its data packets"),
+    field("redundant_packets_sent", Int, true, "repair packets (copies or FEC repairs) the client sent beside its data packets"),
     field("acks_sent", Int, true, "acks the client sent"),
     field("keepalives_sent", Int, false, "keepalives the client sent"),
     field("handshake_packets_sent", Int, false, "handshake packets the client sent"),
@@ -356,7 +356,7 @@ impl RunReport {
             thousands(r.packets_sent),
             thousands(r.data_packets_sent),
             thousands(r.retransmissions),
-            if r.redundant_packets_sent > 0 { format!(", copies {}", thousands(r.redundant_packets_sent)) } else { String::new() },
+            if r.redundant_packets_sent > 0 { format!(", repairs {}", thousands(r.redundant_packets_sent)) } else { String::new() },
             thousands(r.acks_sent),
             thousands(r.handshake_packets_sent),
             thousands(r.peer_packets_sent)

@@ -6,6 +6,7 @@
 use crate::options::{fail, OptionError, CC_FORMS};
 use crate::units::{self, parse_params, UnitError};
 use fencepost_proto::congestion::{BbrConfig, CubicConfig};
+use fencepost_proto::redundancy::FecCode;
 use fencepost_proto::{Arq, Cipher, ControllerConfig, Duration, FixedConfig, Profile, ProtectionConfig, PublicKey, RedundancyConfig, RenoConfig, StaticKey, TransportConfig};
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -137,12 +138,45 @@ pub fn describe_cc(config: &ControllerConfig) -> String {
     }
 }
 
-/// `none` or `dup:R` (R a share of data packets, `50%` or `0.5`).
+/// The accepted redundancy forms, for help and errors.
+pub const REDUNDANCY_FORMS: &str = "none, dup:R (a share of packets sent twice, like dup:50%), fec:rs:K/N (Reed-Solomon: N-K repairs after every K packets), \
+fec:window:W/R (one repair over the last W packets after every R) or fec:adaptive[:budget=B] (repairs as the loss needs, at most B of the data; default 50%)";
+
+fn fraction(text: &str, what: &str) -> Result<(u8, u8), UnitError> {
+    let bad = || UnitError(format!("{what}: {text:?} is not two whole numbers like 8/12"));
+    let (a, b) = text.split_once('/').ok_or_else(bad)?;
+    Ok((a.trim().parse().map_err(|_| bad())?, b.trim().parse().map_err(|_| bad())?))
+}
+
+/// `none`, `dup:R`, `fec:rs:K/N`, `fec:window:W/R` or `fec:adaptive[:budget=B]`.
 pub fn parse_redundancy(spec: &str) -> Result<RedundancyConfig, UnitError> {
-    match spec.split_once(':') {
-        None if spec == "none" => Ok(RedundancyConfig::None),
-        Some(("dup", share)) => Ok(RedundancyConfig::Duplicate { share: units::parse_probability(share)? }),
-        _ => Err(UnitError(format!("{spec:?} is not a redundancy; accepted: none, dup:R (a share of packets sent twice, like dup:50%)"))),
+    let mut parts = spec.splitn(3, ':');
+    match (parts.next().unwrap_or(""), parts.next(), parts.next()) {
+        ("none", None, None) => Ok(RedundancyConfig::None),
+        ("dup", Some(share), None) => Ok(RedundancyConfig::Duplicate { share: units::parse_probability(share)? }),
+        ("fec", Some("rs"), Some(kn)) => {
+            let (k, n) = fraction(kn, "fec:rs:K/N")?;
+            if k == 0 || n <= k || n == 255 {
+                return Err(UnitError(format!("fec:rs:{kn}: need 1 <= K < N <= 254 (K source packets, N - K repairs)")));
+            }
+            Ok(RedundancyConfig::Fec(FecCode::Block { k, n }))
+        }
+        ("fec", Some("window"), Some(wr)) => {
+            let (window, every) = fraction(wr, "fec:window:W/R")?;
+            if window == 0 || every == 0 || every == u8::MAX {
+                return Err(UnitError(format!("fec:window:{wr}: need W >= 1 packets covered and one repair every R (1 to 254) packets")));
+            }
+            Ok(RedundancyConfig::Fec(FecCode::Window { window, every }))
+        }
+        ("fec", Some("adaptive"), params) => {
+            let mut budget = 0.5;
+            for (key, value) in parse_params(params.unwrap_or(""), &["budget"])? {
+                debug_assert_eq!(key, "budget");
+                budget = units::parse_probability(value).map_err(|e| UnitError(format!("budget: {e}")))?;
+            }
+            Ok(RedundancyConfig::AdaptiveFec { budget })
+        }
+        _ => Err(UnitError(format!("{spec:?} is not a redundancy; accepted: {REDUNDANCY_FORMS}"))),
     }
 }
 
@@ -214,6 +248,13 @@ pub fn transport_config<'a>(get: impl Fn(&str) -> Option<&'a str>) -> Result<Tra
                 return Err(fail(name, format!("needs packet protection, and {why}")));
             }
         }
+    }
+    if matches!(transport.redundancy, RedundancyConfig::Fec(_) | RedundancyConfig::AdaptiveFec { .. })
+        && transport.max_payload == fencepost_proto::config::mtu_payload(transport.protection.overhead())
+    {
+        // A repair carries a symbol (2 bytes of length and 1 of flags before the payload)
+        // behind a header 1 byte shorter than data's: 2 bytes less payload keeps it in the MTU.
+        transport.max_payload -= (fencepost_proto::wire::REPAIR_OVERHEAD + 3 - fencepost_proto::wire::DATA_OVERHEAD) as u16;
     }
     if let Some(idle) = get("idle-timeout").filter(|s| !s.is_empty()) {
         let idle = units::parse_duration(idle).map_err(|e| fail("idle-timeout", e))?;

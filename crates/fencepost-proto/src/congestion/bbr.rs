@@ -581,7 +581,11 @@ impl Bbr {
     }
 
     fn update_probe_rtt(&mut self, now: Instant, batch: &AckBatch, min_rtt_expired: bool) {
-        if self.mode != Mode::ProbeRtt && min_rtt_expired && self.min_rtt.is_some() {
+        // `tolerant`: an application-limited flow keeps no queue of its own, so the RTT it
+        // sees is the path's and the sample just taken renews the minimum; draining to
+        // probe for it would only hold back the application's messages (BBRv3 skips it too).
+        let fresh_enough = self.tolerant() && batch.app_limited;
+        if self.mode != Mode::ProbeRtt && min_rtt_expired && self.min_rtt.is_some() && !fresh_enough {
             self.save_cwnd(self.recovery_start.is_some());
             self.mode = Mode::ProbeRtt;
             self.pacing_gain = 1.0;
