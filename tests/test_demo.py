@@ -94,7 +94,8 @@ def test_demo_writes_the_report(tmp_path, capsys):
     for heading in ["(a) sliding window vs sliding fence, seed profile", "(a) sliding window vs sliding fence, default profile",
                     "(b) TCP THERMAL", "(c) Congestion-control notebook", "(d) Goodput (Mbit/s) against random loss",
                     "(e) Competing senders", "(f) Fairness matrix at 0% random loss", "(f) Fairness matrix at 5% random loss",
-                    "(g) The Mathis check"]:
+                    "(g) The Mathis check", "(h1) goodput (% of 1 Gbit/s) vs loss", "(h2) Message latency at 10 % loss",
+                    "(h3) What adaptive FEC spends"]:
         assert heading in out
     html = path.read_text()
     pngs = list((tmp_path / "report" / "plots").glob("*.png"))
@@ -102,8 +103,9 @@ def test_demo_writes_the_report(tmp_path, capsys):
     assert len(pngs) >= 5 and len(svgs) == len(pngs)
     for png in pngs:
         assert png.name in html
-    assert html.count("<table>") == 9
-    for plot_name in ["loss-per-controller", "competing-senders", "fairness-matrix", "mathis", "thermal-time-sequence-cubic"]:
+    assert html.count("<table>") == 13
+    for plot_name in ["loss-per-controller", "competing-senders", "fairness-matrix", "mathis", "thermal-time-sequence-cubic",
+                      "duplication-2ms", "message-latency-cdf", "fec-overhead"]:
         assert f"{plot_name}.png" in html, plot_name
     assert "report:" in out and str(path.resolve()) in out
 
@@ -133,3 +135,14 @@ def test_goodput_over_time_and_share_matrix_plots(tmp_path):
     fig = plot.share_matrix({"0%": {("a", "b"): (0.25, 0.8), ("b", "a"): (0.75, 0.8)}}, ["a", "b"])
     texts = [t.get_text() for t in fig.axes[0].texts]
     assert "25%\nJ 0.80" in texts and "75%\nJ 0.80" in texts
+
+
+def test_latency_cdf_plot(tmp_path):
+    fig = plot.latency_cdf({"a": [3.0, 1.0, 2.0], "b": [5.0]}, marks={"1 RTT": 2.5})
+    ax = fig.axes[0]
+    assert [line.get_label() for line in ax.get_lines()][:2] == ["a (n=3)", "b (n=1)"]
+    assert list(ax.get_lines()[0].get_ydata()) == [1 / 3, 2 / 3, 1.0]
+    assert ax.get_xlabel() == "message latency (ms)"
+    assert all(f.stat().st_size > 1000 for f in plot.save(fig, tmp_path / "cdf"))
+    with pytest.raises(ValueError, match="no latencies"):
+        plot.latency_cdf({"empty": []})

@@ -13,6 +13,9 @@ e. The notebook's competing senders (two and three flows) on its 2.64 Mbit/s lin
 f. A fairness matrix: each controller against each on one 100 Mbit/s bottleneck,
    at 0 % and 5 % random loss.
 g. The Mathis check: Reno and Tahoe against (MSS/RTT)·sqrt(3/(2p)).
+h. Redundancy (shared/seeds/packet-duplication.txt): the duplication paper's
+   curves, message latency with and without duplication and FEC, and what
+   adaptive FEC spends against the loss it meets (``demo_redundancy``).
 
 Each table is printed as soon as its runs finish; everything goes into a
 report folder with ``report.html``, the plots (PNG and SVG) and the sweeps' data.
@@ -616,6 +619,9 @@ def run_demo(out: os.PathLike = "fencepost-report", trials: int = 5, workers: Op
     competing_senders(report, trials, workers, progress)
     fairness_matrix(report, trials, workers, progress, alone=by_loss["summary"])
     mathis(report, trials, workers, progress)
+    from .demo_redundancy import run_redundancy
+
+    run_redundancy(report, trials, workers, progress)
     if lab:
         from .demo_lab import run_lab
 

@@ -216,6 +216,26 @@ def goodput_over_time(runs: Mapping[str, Any], interval_s: float, title: Optiona
     return fig
 
 
+def latency_cdf(series: Mapping[str, Sequence[float]], title: Optional[str] = None, xlabel: str = "message latency (ms)",
+                marks: Optional[Mapping[str, float]] = None) -> Figure:
+    """Empirical CDFs of latencies, one line per ``label: values``; ``marks`` draws
+    vertical reference lines (say, one RTT) labelled by their key."""
+    fig, ax = _figure((7, 4.2))
+    for label, values in series.items():
+        xs = sorted(values)
+        if not xs:
+            raise ValueError(f"{label}: no latencies to plot")
+        ys = [(i + 1) / len(xs) for i in range(len(xs))]
+        ax.step(xs, ys, where="post", linewidth=1.3, label=f"{label} (n={len(xs):,})")
+    for label, x in (marks or {}).items():
+        ax.axvline(x, linestyle="--", color="grey", alpha=0.7)
+        ax.text(x, 0.02, f" {label}", rotation=90, va="bottom", fontsize="small", color="grey")
+    ax.set_ylim(0, 1.01)
+    ax.set_xlim(left=0)
+    _finish(ax, title or "Message latency CDF", xlabel, "share of messages", "lower right")
+    return fig
+
+
 def share_matrix(matrices: Mapping[str, Mapping[tuple, tuple]], order: Sequence[str], title: Optional[str] = None) -> Figure:
     """Fairness matrices side by side: cell (row, column) is the row controller's share
     of the two flows' goodput (colour, %) and the run's Jain index, from

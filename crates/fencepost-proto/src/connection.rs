@@ -843,6 +843,11 @@ impl Connection {
             self.stats.protocol_violations += 1;
             return;
         };
+        if r.symbol.len() > 3 + self.config.max_payload as usize {
+            // Longer than any data packet this side accepts: not a repair of them.
+            self.stats.protocol_violations += 1;
+            return;
+        }
         let first = wire::expand_seq(r.first_seq, self.assembler.fence_base());
         let decoder = self.fec_decoder.get_or_insert_with(|| Box::new(fec::Decoder::new(FEC_DECODER_KEEP)));
         let rebuilt = decoder.add_repair(scheme, first, r.span as usize, r.index, r.symbol);

@@ -146,6 +146,8 @@ const ADAPTIVE_STREAM_WINDOW: u8 = 8;
 /// Source packets after the application last left the window unused during which the
 /// flow counts as a stream.
 const APP_LIMITED_MEMORY: u64 = 64;
+/// A stream's repair interval before the path's loss has been measured.
+const STREAM_PRIOR_EVERY: u8 = 3;
 
 /// Chooses how often to send a repair from the loss the path shows: the receiver's
 /// feedback (what was missing before repairs rebuilt it) and the sender's own loss
@@ -191,10 +193,24 @@ impl Adaptive {
         (mean * (1.0 + margin / (w * p).sqrt())).min(budget)
     }
 
+    /// Whether any measurement has come in yet: the receiver's first feedback, or the
+    /// sender's first 64 packets folded in.
+    fn informed(&self) -> bool {
+        self.last_feedback.0 > 0 || self.sent_at_last > 0
+    }
+
     /// The code for what the path and the flow show now.
     fn code(&self) -> FecCode {
         let (window, margin) = if self.streaming() { (ADAPTIVE_STREAM_WINDOW, 4.0) } else { (ADAPTIVE_WINDOW, 2.0) };
-        let r = Self::overhead(self.loss(), window as f64, margin, self.budget);
+        let r = if self.streaming() && !self.informed() {
+            // A stream's first messages go out before anything is measured; losing one
+            // then costs a round trip for it and every message behind it, while a few
+            // repairs cost a stream (which leaves the path idle) next to nothing. Until
+            // the first measurement, one repair per STREAM_PRIOR_EVERY packets.
+            (1.0 / STREAM_PRIOR_EVERY as f64).min(self.budget)
+        } else {
+            Self::overhead(self.loss(), window as f64, margin, self.budget)
+        };
         let every = if r <= 0.0 { u8::MAX } else { (1.0 / r).floor().clamp(1.0, 64.0) as u8 };
         FecCode::Window { window, every }
     }
@@ -436,5 +452,34 @@ mod tests {
             assert_eq!(n, copies, "share {share}");
         }
         assert_eq!(RedundancyConfig::Duplicate { share: 0.25 }.describe(), "dup:25%");
+    }
+
+    #[test]
+    fn adaptive_protects_a_stream_until_the_path_is_measured() {
+        let every = |a: &Adaptive| match a.code() {
+            FecCode::Window { every, .. } => every,
+            FecCode::Block { .. } => unreachable!(),
+        };
+        // A transfer with nothing measured sends no repairs.
+        let mut bulk = Adaptive::new(0.5);
+        bulk.on_sent();
+        assert_eq!(every(&bulk), u8::MAX);
+        // A stream does, until the first measurement ...
+        let mut stream = Adaptive::new(0.5);
+        stream.app_limited_at = Some(0);
+        stream.on_sent();
+        assert_eq!(every(&stream), STREAM_PRIOR_EVERY);
+        // ... within the budget ...
+        let mut frugal = Adaptive::new(0.1);
+        frugal.app_limited_at = Some(0);
+        assert_eq!(every(&frugal), 10);
+        // ... and then none if the path turns out clean.
+        stream.on_feedback(32, 0);
+        assert_eq!(every(&stream), u8::MAX);
+        // A lossy path's feedback brings repairs back.
+        for k in 1..=8 {
+            stream.on_feedback(32 + 128 * k, 13 * k);
+        }
+        assert!(every(&stream) < 8, "10 % loss on a stream: {}", every(&stream));
     }
 }
