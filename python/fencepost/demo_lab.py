@@ -97,6 +97,41 @@ def thermal_lab(report: Report, trials: int, progress: bool) -> dict:
     return {"summary": summary, "rows": rows}
 
 
+def duplication_lab(report: Report, trials: int, progress: bool) -> dict:
+    """The duplication paper's experiment as it ran it: kernel TCP (CUBIC, Linux's default)
+    through an emulator that loses and duplicates packets, 1 Gbit/s, 0.1 and 2 ms."""
+    from .demo_redundancy import DUP_DELAYS, DUP_LOSSES, DUP_SHARES, PAPER, PATH_BPS
+
+    rows, summary = _lab_sweep(report, "lab-duplication", progress,
+                               grid={"delay": list(DUP_DELAYS), "loss": DUP_LOSSES, "dup-up": DUP_SHARES},
+                               fixed={"rate": "1gbit", "queue": "1MB", "time": "3s"}, transports=["tcp:cubic"],
+                               trials=trials, seed=1, impair="emulator")
+    parts = report.section("(h1, lab) Packet duplication: the duplication paper's curves for kernel TCP on namespaces")
+    for delay, label in DUP_DELAYS.items():
+        table = Table(f"(h1, lab) kernel CUBIC goodput (% of 1 Gbit/s) vs loss, share duplicated, {label} one way (n={trials})",
+                      ["loss", *[f"dup {s}" for s in DUP_SHARES]],
+                      note="Kernel TCP (CUBIC) through fencepost's emulator at 1 Gbit/s with a 1 MB queue: random loss each way, "
+                           "the share of packets toward the receiver duplicated on entry, each copy lost or not on its own "
+                           "(as netem does), 3 s of data; goodput at the receiver. " + PAPER[delay])
+        for loss in DUP_LOSSES:
+            cells = []
+            for share in DUP_SHARES:
+                r = _by(summary, delay=delay, loss=loss, **{"dup-up": share})
+                cell = _pm(100 * r["goodput_bps_mean"] / PATH_BPS, 100 * r["goodput_bps_ci95"] / PATH_BPS, 1)
+                cells.append(cell + (f" ({r['failed']} failed)" if r.get("failed") else ""))
+            table.add(loss, *cells)
+        _say()
+        _say(table.text())
+        parts.append(table.html())
+        mine = [dict(r, share=r["dup-up"]) for r in summary if str(r["delay"]) == delay]
+        fig = plot.metric_vs_condition(mine, "loss", "goodput_bps", variant="share",
+                                       title=f"Kernel CUBIC on namespaces: goodput vs loss with duplication, {label} one way (n={trials})")
+        report.figure(parts, fig, f"lab-duplication-{delay}",
+                      f"Kernel TCP's goodput against random loss for each share of packets duplicated, {label} one way, on namespaces")
+    return {"summary": summary, "rows": rows}
+
+
 def run_lab(report: Report, trials: int, progress: bool, sim: Optional[dict] = None) -> dict:
     lab.require_root()
-    return {"thermal": thermal_lab(report, trials, progress), "sliding_fence": sliding_fence_lab(report, trials, progress, sim)}
+    return {"thermal": thermal_lab(report, trials, progress), "sliding_fence": sliding_fence_lab(report, trials, progress, sim),
+            "duplication": duplication_lab(report, trials, progress)}

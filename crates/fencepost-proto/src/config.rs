@@ -107,6 +107,9 @@ pub struct TransportConfig {
     pub packet_per_write: bool,
     pub controller: ControllerConfig,
     pub redundancy: RedundancyConfig,
+    /// Take the peer's repair packets (rebuild lost packets from them); when false the
+    /// handshake says so and a peer's FEC sends nothing.
+    pub accept_repairs: bool,
     /// How packets after the handshake are sealed and opened.
     pub protection: ProtectionConfig,
     /// Keep every RTT sample (for reports); off for long-lived connections.
@@ -141,6 +144,7 @@ impl TransportConfig {
             packet_per_write: true,
             controller: ControllerConfig::Fixed(FixedConfig::default().window_packets(32)),
             redundancy: RedundancyConfig::None,
+            accept_repairs: true,
             protection: ProtectionConfig::None,
             record_rtt_samples: true,
             trace: false,
@@ -178,6 +182,7 @@ impl TransportConfig {
             // random loss, and yields to queues and to loss that comes with them.
             controller: ControllerConfig::Bbr(BbrConfig::tolerant()),
             redundancy: RedundancyConfig::None,
+            accept_repairs: true,
             protection,
             record_rtt_samples: true,
             trace: false,

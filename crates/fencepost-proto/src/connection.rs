@@ -18,7 +18,7 @@ use crate::congestion::{AckBatch, Controller, DeliveryRateEstimator, RateSample}
 use crate::crypto::{self, AeadProtection, Cipher, ClientHandshake, HandshakeError, Pattern, PublicKey, StaticKey, RESET_TOKEN_LEN};
 use crate::disassembler::{Acked, Disassembler, SegmentState};
 use crate::protection::PacketProtection;
-use crate::redundancy::Redundancy;
+use crate::redundancy::{Announcement, NoRedundancy, Redundancy};
 use crate::rtt::{RttEstimator, RttHistory};
 use crate::stats::ConnectionStats;
 use crate::time::{Duration, Instant};
@@ -216,7 +216,7 @@ const MAX_RETRIES: u32 = 4;
 /// Diffie-Hellman work is not spent again.
 const MAX_ANSWERS: u32 = 8;
 /// The parameters in a version 2 handshake's Noise payload: (server: its id,) max payload, window, reset token.
-const CLIENT_PARAMETERS_LEN: usize = 2 + 4 + RESET_TOKEN_LEN;
+const CLIENT_PARAMETERS_LEN: usize = 2 + 4 + 1 + RESET_TOKEN_LEN;
 const SERVER_PARAMETERS_LEN: usize = 4 + CLIENT_PARAMETERS_LEN;
 
 /// The seed send loop's progress through the fence during one tick.
@@ -253,6 +253,8 @@ pub struct Connection {
     delivery: DeliveryRateEstimator,
     latest_rate_sample: Option<RateSample>,
     redundancy: Box<dyn Redundancy>,
+    /// What the peer's handshake said about its redundancy (none until it arrives).
+    peer_redundancy: Announcement,
     protection: Box<dyn PacketProtection>,
     /// Room for a datagram opened by a protection that does not work in place.
     open_scratch: Vec<u8>,
@@ -303,7 +305,8 @@ pub struct Connection {
     bitmap_scratch: Vec<u8>,
     readable_signalled: bool,
     finish_signalled: bool,
-    /// Rebuilds lost data from the peer's repair packets; made when the first repair arrives.
+    /// Rebuilds lost data from the peer's repair packets; made when the handshake says the
+    /// peer sends them (and this side takes them), so it holds every source packet from the first.
     fec_decoder: Option<Box<fec::Decoder>>,
     /// Data packets the peer sent for the first time, by sequence number, and how many of
     /// them were missing when a later one arrived: what [`Feedback`] reports.
@@ -363,6 +366,7 @@ impl Connection {
             delivery: DeliveryRateEstimator::default(),
             latest_rate_sample: None,
             redundancy: config.redundancy.build(),
+            peer_redundancy: Announcement::from_byte(0),
             protection: config.protection.build(side),
             open_scratch: Vec::new(),
             rtt: RttEstimator::new(config.initial_rtt),
@@ -416,6 +420,7 @@ impl Connection {
             let mut parameters = Vec::with_capacity(CLIENT_PARAMETERS_LEN);
             parameters.extend_from_slice(&conn.config.max_payload.to_be_bytes());
             parameters.extend_from_slice(&conn.assembler.window().to_be_bytes());
+            parameters.push(conn.redundancy_announcement());
             parameters.extend_from_slice(&conn.reset_token);
             match ClientHandshake::start(noise, local_cid, secrets.seed, &parameters) {
                 Ok(handshake) => conn.secure = Secure::Client { handshake: Box::new(handshake), token: Vec::new(), retries: 0, sent_timestamps: Vec::new() },
@@ -435,7 +440,7 @@ impl Connection {
                 if conn.config.protection.noise().is_some() {
                     return Err(HandshakeError("a plaintext (version 1) Initial to a protected endpoint"));
                 }
-                conn.take_handshake_parameters(initial.max_payload, initial.window);
+                conn.take_handshake_parameters(initial.max_payload, initial.window, initial.redundancy);
                 conn.last_rx_timestamp = initial.timestamp;
                 conn.stats.bytes_received += wire::HANDSHAKE_LEN as u64;
             }
@@ -465,10 +470,11 @@ impl Connection {
         parameters.extend_from_slice(&self.local_cid.to_be_bytes());
         parameters.extend_from_slice(&self.config.max_payload.to_be_bytes());
         parameters.extend_from_slice(&self.assembler.window().to_be_bytes());
+        parameters.push(self.redundancy_announcement());
         parameters.extend_from_slice(&self.reset_token);
         let (client, accept, keys) = crypto::server_handshake(key, pattern, cipher, self.peer_cid, secrets.seed, noise, |_| parameters)?;
-        let (max_payload, window, token) = read_parameters(&client).ok_or(HandshakeError("the client's parameters do not parse"))?;
-        self.take_handshake_parameters(max_payload, window);
+        let (max_payload, window, redundancy, token) = read_parameters(&client).ok_or(HandshakeError("the client's parameters do not parse"))?;
+        self.take_handshake_parameters(max_payload, window, redundancy);
         self.peer_reset_token = Some(token);
         self.protection = Box::new(AeadProtection::new(cipher, &keys, false));
         let answers = match &self.secure {
@@ -684,14 +690,14 @@ impl Connection {
                 let echo_is_ours = sent_timestamps.contains(&echo_timestamp);
                 match handshake.finish(noise) {
                     Ok((parameters, server_key, keys)) => match read_server_parameters(&parameters) {
-                        Some((src_cid, max_payload, window, token)) => {
+                        Some((src_cid, max_payload, window, redundancy, token)) => {
                             let cipher = handshake.cipher;
                             self.secure = Secure::ClientDone { accept: noise.to_vec() };
                             self.protection = Box::new(AeadProtection::new(cipher, &keys, true));
                             self.peer_static_key = Some(server_key);
                             self.peer_reset_token = Some(token);
                             self.peer_cid = src_cid;
-                            self.take_handshake_parameters(max_payload, window);
+                            self.take_handshake_parameters(max_payload, window, redundancy);
                             if echo_is_ours {
                                 self.take_rtt_sample(now, echo_timestamp, 0);
                             }
@@ -839,6 +845,11 @@ impl Connection {
             return;
         }
         self.stats.repairs_received += 1;
+        if !self.config.accept_repairs || !self.peer_redundancy.sends_repairs() {
+            // Repairs neither side agreed to in the handshake.
+            self.stats.protocol_violations += 1;
+            return;
+        }
         let Some(scheme) = fec::Scheme::from_u8(r.scheme) else {
             self.stats.protocol_violations += 1;
             return;
@@ -849,7 +860,7 @@ impl Connection {
             return;
         }
         let first = wire::expand_seq(r.first_seq, self.assembler.fence_base());
-        let decoder = self.fec_decoder.get_or_insert_with(|| Box::new(fec::Decoder::new(FEC_DECODER_KEEP)));
+        let Some(decoder) = self.fec_decoder.as_mut() else { return };
         let rebuilt = decoder.add_repair(scheme, first, r.span as usize, r.index, r.symbol);
         self.take_rebuilt(now, rebuilt);
     }
@@ -1029,8 +1040,8 @@ impl Connection {
         if self.ack_now {
             return self.emit_ack(now, buf);
         }
-        if self.fec_decoder.is_some() && self.rx_expected >= self.feedback_sent_at + FEEDBACK_EVERY {
-            // The peer sends repairs: tell it what the path loses, so an adaptive code can follow.
+        if self.fec_decoder.is_some() && self.peer_redundancy.adapts() && self.rx_expected >= self.feedback_sent_at + FEEDBACK_EVERY {
+            // The peer's repairs follow the loss: tell it what the path loses.
             self.feedback_sent_at = self.rx_expected;
             let packet = Packet { dst_cid: self.peer_cid, body: Body::Feedback(Feedback { expected: self.rx_expected, missing: self.rx_missing }) };
             self.stats.feedback_sent += 1;
@@ -1057,9 +1068,24 @@ impl Connection {
 
     // ---- internals: receiving ----
 
-    fn take_handshake_parameters(&mut self, max_payload: u16, window: u32) {
+    fn take_handshake_parameters(&mut self, max_payload: u16, window: u32, redundancy: u8) {
         self.payload_size = (self.config.max_payload as usize).min(max_payload.max(wire::MIN_PAYLOAD) as usize);
         self.peer_window = window as u64;
+        self.peer_redundancy = Announcement::from_byte(redundancy);
+        let ours = Announcement::of(&self.config.redundancy, self.config.accept_repairs);
+        if ours.sends_repairs() && !self.peer_redundancy.takes_repairs {
+            // The peer would drop every repair: spend nothing on them.
+            self.redundancy = Box::new(NoRedundancy);
+            self.stats.repairs_refused_by_peer = true;
+        }
+        if self.peer_redundancy.sends_repairs() && self.config.accept_repairs && self.fec_decoder.is_none() {
+            self.fec_decoder = Some(Box::new(fec::Decoder::new(FEC_DECODER_KEEP)));
+        }
+    }
+
+    /// This end's redundancy as its handshake states it.
+    fn redundancy_announcement(&self) -> u8 {
+        Announcement::of(&self.config.redundancy, self.config.accept_repairs).to_byte()
     }
 
     fn on_handshake(&mut self, now: Instant, hs: &Handshake) {
@@ -1075,7 +1101,7 @@ impl Connection {
             (Side::Client, HandshakePhase::Accept) => {
                 if self.state == State::Handshake {
                     self.peer_cid = hs.src_cid;
-                    self.take_handshake_parameters(hs.max_payload, hs.window);
+                    self.take_handshake_parameters(hs.max_payload, hs.window, hs.redundancy);
                     self.take_rtt_sample(now, hs.echo_timestamp, 0);
                     self.state = State::Established;
                     self.rto_backoff = 0;
@@ -1556,6 +1582,7 @@ impl Connection {
             echo_timestamp,
             max_payload: self.config.max_payload,
             window: self.assembler.window(),
+            redundancy: self.redundancy_announcement(),
         };
         self.stats.handshakes_sent += 1;
         self.emit(now, &Packet { dst_cid, body: Body::Handshake(hs) }, buf, None, false)
@@ -1801,23 +1828,24 @@ impl Connection {
     }
 }
 
-/// A client's handshake parameters: max payload, window, stateless-reset token.
-fn read_parameters(p: &[u8]) -> Option<(u16, u32, [u8; RESET_TOKEN_LEN])> {
+/// A client's handshake parameters: max payload, window, redundancy, stateless-reset token.
+fn read_parameters(p: &[u8]) -> Option<(u16, u32, u8, [u8; RESET_TOKEN_LEN])> {
     if p.len() != CLIENT_PARAMETERS_LEN {
         return None;
     }
     let max_payload = u16::from_be_bytes([p[0], p[1]]);
     let window = u32::from_be_bytes([p[2], p[3], p[4], p[5]]);
-    let token = p[6..].try_into().ok()?;
-    (max_payload >= wire::MIN_PAYLOAD).then_some((max_payload, window, token))
+    let redundancy = p[6];
+    let token = p[7..].try_into().ok()?;
+    (max_payload >= wire::MIN_PAYLOAD).then_some((max_payload, window, redundancy, token))
 }
 
 /// A server's: its connection id, then the client's fields.
-fn read_server_parameters(p: &[u8]) -> Option<(u32, u16, u32, [u8; RESET_TOKEN_LEN])> {
+fn read_server_parameters(p: &[u8]) -> Option<(u32, u16, u32, u8, [u8; RESET_TOKEN_LEN])> {
     if p.len() != SERVER_PARAMETERS_LEN {
         return None;
     }
     let cid = u32::from_be_bytes([p[0], p[1], p[2], p[3]]);
-    let (max_payload, window, token) = read_parameters(&p[4..])?;
-    (cid != 0).then_some((cid, max_payload, window, token))
+    let (max_payload, window, redundancy, token) = read_parameters(&p[4..])?;
+    (cid != 0).then_some((cid, max_payload, window, redundancy, token))
 }

@@ -113,6 +113,60 @@ impl RedundancyConfig {
     }
 }
 
+/// What one end's handshake says about redundancy, so the two agree before any data:
+/// one byte, the low three bits naming what that end sends (see the constants) and bit
+/// 7 set when it takes repair packets (rebuilds from them and reports loss in feedback
+/// packets). A sender sends repairs only to a peer that takes them, and a receiver
+/// rebuilds only from a peer that said it sends them; an adaptive sender then changes
+/// its rate during the connection from the feedback, each repair saying which packets
+/// it covers. Other bits are zero when sent and ignored when read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Announcement {
+    pub sends: u8,
+    pub takes_repairs: bool,
+}
+
+impl Announcement {
+    pub const NONE: u8 = 0;
+    pub const DUPLICATES: u8 = 1;
+    pub const REED_SOLOMON: u8 = 2;
+    pub const WINDOW: u8 = 3;
+    pub const ADAPTIVE: u8 = 4;
+    /// A stage from outside this crate: its packets may be repairs of any scheme.
+    pub const OTHER: u8 = 5;
+    const TAKES_REPAIRS: u8 = 0x80;
+
+    pub fn of(config: &RedundancyConfig, takes_repairs: bool) -> Announcement {
+        let sends = match config {
+            RedundancyConfig::None => Self::NONE,
+            RedundancyConfig::Duplicate { .. } => Self::DUPLICATES,
+            RedundancyConfig::Fec(FecCode::Block { .. }) => Self::REED_SOLOMON,
+            RedundancyConfig::Fec(FecCode::Window { .. }) => Self::WINDOW,
+            RedundancyConfig::AdaptiveFec { .. } => Self::ADAPTIVE,
+            RedundancyConfig::Custom(_) => Self::OTHER,
+        };
+        Announcement { sends, takes_repairs }
+    }
+
+    pub fn to_byte(self) -> u8 {
+        (self.sends & 0x07) | if self.takes_repairs { Self::TAKES_REPAIRS } else { 0 }
+    }
+
+    pub fn from_byte(byte: u8) -> Announcement {
+        Announcement { sends: byte & 0x07, takes_repairs: byte & Self::TAKES_REPAIRS != 0 }
+    }
+
+    /// Its packets include repair packets, which the peer must take.
+    pub fn sends_repairs(self) -> bool {
+        self.sends >= Self::REED_SOLOMON
+    }
+
+    /// It follows the loss the peer reports, so feedback packets are worth sending it.
+    pub fn adapts(self) -> bool {
+        matches!(self.sends, Self::ADAPTIVE | Self::OTHER)
+    }
+}
+
 #[derive(Debug)]
 pub struct NoRedundancy;
 
@@ -481,5 +535,27 @@ mod tests {
             stream.on_feedback(32 + 128 * k, 13 * k);
         }
         assert!(every(&stream) < 8, "10 % loss on a stream: {}", every(&stream));
+    }
+
+    #[test]
+    fn announcements_read_back() {
+        for (config, sends) in [
+            (RedundancyConfig::None, Announcement::NONE),
+            (RedundancyConfig::Duplicate { share: 0.5 }, Announcement::DUPLICATES),
+            (RedundancyConfig::Fec(FecCode::Block { k: 8, n: 12 }), Announcement::REED_SOLOMON),
+            (RedundancyConfig::Fec(FecCode::Window { window: 16, every: 4 }), Announcement::WINDOW),
+            (RedundancyConfig::AdaptiveFec { budget: 0.5 }, Announcement::ADAPTIVE),
+        ] {
+            for takes in [false, true] {
+                let a = Announcement::of(&config, takes);
+                assert_eq!(a.sends, sends);
+                assert_eq!(Announcement::from_byte(a.to_byte()), a);
+            }
+        }
+        assert_eq!(Announcement::of(&RedundancyConfig::AdaptiveFec { budget: 0.5 }, true).to_byte(), 0x84);
+        assert!(!Announcement::from_byte(0x81).sends_repairs(), "duplicates are data packets");
+        assert!(Announcement::from_byte(0x02).sends_repairs() && !Announcement::from_byte(0x02).adapts());
+        // Reserved bits are ignored.
+        assert_eq!(Announcement::from_byte(0x7c), Announcement { sends: 4, takes_repairs: false });
     }
 }

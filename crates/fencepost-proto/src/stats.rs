@@ -24,6 +24,9 @@ pub struct ConnectionStats {
     /// FEC repair packets received, and the data packets they let this side rebuild.
     pub repairs_received: u64,
     pub packets_rebuilt: u64,
+    /// Our redundancy sends repair packets but the peer's handshake said it takes none,
+    /// so none were sent.
+    pub repairs_refused_by_peer: bool,
     /// Data packets that arrived although this side already held them.
     pub duplicate_packets_received: u64,
     pub acks_received: u64,

@@ -27,7 +27,7 @@ pub const HEADER_LEN: usize = 6;
 pub const DATA_OVERHEAD: usize = HEADER_LEN + 8;
 /// Header + fence base (4) + echo timestamp (4) + ack delay (4) + window (4) + bitmap length (2).
 pub const ACK_FIXED_LEN: usize = HEADER_LEN + 18;
-pub const HANDSHAKE_LEN: usize = HEADER_LEN + 19;
+pub const HANDSHAKE_LEN: usize = HEADER_LEN + 20;
 pub const CLOSE_LEN: usize = HEADER_LEN + 8;
 pub const RESET_LEN: usize = HEADER_LEN + 1;
 pub const KEEPALIVE_LEN: usize = HEADER_LEN + 4;
@@ -148,6 +148,9 @@ pub struct Handshake {
     pub max_payload: u16,
     /// Receive window of the sender of this packet, in packets.
     pub window: u32,
+    /// The sender's redundancy: what it sends and whether it takes repair packets (see
+    /// [`crate::redundancy::Announcement`]); kept as the byte that travelled.
+    pub redundancy: u8,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -313,6 +316,7 @@ impl<'a> Packet<'a> {
                     echo_timestamp: r.u32(),
                     max_payload: r.u16(),
                     window: r.u32(),
+                    redundancy: r.u8(),
                 };
                 if hs.src_cid == 0 {
                     return Err(DecodeError::InvalidField("src_cid"));
@@ -431,6 +435,7 @@ impl<'a> Packet<'a> {
                 w.u32(h.echo_timestamp);
                 w.u16(h.max_payload);
                 w.u32(h.window);
+                w.u8(h.redundancy);
             }
             Body::Data(d) => {
                 w.u32(d.seq);
@@ -790,8 +795,8 @@ mod tests {
     // The vectors below are the ones printed in docs/protocol.md, section "Test vectors";
     // `docs_vectors_match` checks that the document still says the same.
     pub(crate) const VECTORS: &[(&str, &str)] = &[
-        ("handshake-initial", "01 01 00000000 01 0a0b0c0d 00000064 00000000 05b4 00000400"),
-        ("handshake-accept", "01 01 0a0b0c0d 02 11223344 000000c8 00000064 05b4 00000200"),
+        ("handshake-initial", "01 01 00000000 01 0a0b0c0d 00000064 00000000 05b4 00000400 84"),
+        ("handshake-accept", "01 01 0a0b0c0d 02 11223344 000000c8 00000064 05b4 00000200 80"),
         ("data", "01 02 11223344 00000007 000003e8 68656c6c6f"),
         ("ack-seed", "01 03 0a0b0c0d 00000005 000003e8 000000fa 00000020 0004 0d000080"),
         ("ack-empty", "01 03 0a0b0c0d 00000000 00000000 00000000 00000040 0000"),
@@ -818,6 +823,7 @@ mod tests {
                     echo_timestamp: 0,
                     max_payload: 1460,
                     window: 1024,
+                    redundancy: 0x84,
                 }),
             },
             vector("handshake-initial"),
@@ -832,6 +838,7 @@ mod tests {
                     echo_timestamp: 100,
                     max_payload: 1460,
                     window: 512,
+                    redundancy: 0x80,
                 }),
             },
             vector("handshake-accept"),
@@ -943,7 +950,7 @@ mod tests {
         assert_eq!(Packet::parse(&hex("01 05 00000001 07")), Err(DecodeError::InvalidField("reason")));
         // An Accept must name the client's connection id.
         assert_eq!(
-            Packet::parse(&hex("01 01 00000000 02 11223344 000000c8 00000064 05b4 00000200")),
+            Packet::parse(&hex("01 01 00000000 02 11223344 000000c8 00000064 05b4 00000200 80")),
             Err(DecodeError::InvalidField("dst_cid"))
         );
     }

@@ -4,6 +4,7 @@ mod common;
 
 use common::{at, fast_config, Duration, Pair};
 use fencepost_proto::wire::{Body, Packet, PacketType};
+use fencepost_proto::redundancy::{FecCode, RedundancyConfig};
 use fencepost_proto::{Arq, ConnectionError, Event, ReadError, State, TransportConfig, WriteError};
 
 #[test]
@@ -181,4 +182,49 @@ fn a_stream_that_stops_advancing_ends_with_no_progress_though_the_peer_answers()
     let mut quiet = Pair::new(TransportConfig { progress_timeout: Some(Duration::from_secs(3)), ..fast_config() }, fast_config());
     quiet.run_until(at(20) + Duration::from_secs(20));
     assert_eq!(quiet.client.state(), State::Established);
+}
+
+#[test]
+fn redundancy_is_agreed_in_the_handshake() {
+    // Drop the first transmission of data packets 3 and 9 on the way to the server.
+    let run = |server_takes_repairs: bool| {
+        let client = TransportConfig { redundancy: RedundancyConfig::Fec(FecCode::Block { k: 4, n: 6 }), ..fast_config() };
+        let server = TransportConfig { accept_repairs: server_takes_repairs, ..fast_config() };
+        let mut p = Pair::new(client, server);
+        let mut seen = std::collections::HashSet::new();
+        p.drop = Box::new(move |to_server, ty, seq, _| to_server && ty == PacketType::Data && [3, 9].contains(&seq.unwrap()) && seen.insert(seq.unwrap()));
+        p.run_until(at(20));
+        p.client.write(&[5u8; 2000]).unwrap();
+        p.run_until(at(2000));
+        assert_eq!(Pair::read_all(p.server()).0, vec![5u8; 2000]);
+        (p.client.stats().clone(), p.server().stats().clone())
+    };
+    let (client, server) = run(true);
+    assert!(!client.repairs_refused_by_peer);
+    assert!(client.redundant_packets_sent >= 10, "two repairs per block of four: {}", client.redundant_packets_sent);
+    assert_eq!(server.packets_rebuilt, 2, "both holes rebuilt");
+    assert_eq!(client.retransmissions, 0, "nothing resent: the fence acknowledged the rebuilt packets");
+    assert_eq!(server.feedback_sent, 0, "a fixed code has no use for feedback");
+
+    let (client, server) = run(false);
+    assert!(client.repairs_refused_by_peer);
+    assert_eq!(client.redundant_packets_sent, 0, "the server said it takes no repairs");
+    assert_eq!((server.repairs_received, server.packets_rebuilt), (0, 0));
+    assert_eq!(client.retransmissions, 2, "the holes are resent instead");
+}
+
+#[test]
+fn repairs_nobody_announced_are_violations() {
+    // The server announced no redundancy; a well-formed window repair to the client
+    // (id 0xc1) over packets 0-3 is not taken.
+    let mut p = Pair::new(fast_config(), fast_config());
+    p.run_until(at(20));
+    assert_eq!(p.client.state(), State::Established);
+    let repair = [0x01, 0x08, 0, 0, 0, 0xc1, 0x02, 0, 0, 0, 0, 0x04, 0x00, 0xaa, 0xbb, 0xcc];
+    assert!(matches!(Packet::parse(&repair), Ok(Packet { body: Body::Repair(_), .. })));
+    let before = p.client.stats().protocol_violations;
+    let now = p.now;
+    p.client.handle_datagram(now, &repair);
+    assert_eq!(p.client.stats().protocol_violations, before + 1);
+    assert_eq!(p.client.stats().packets_rebuilt, 0);
 }

@@ -185,6 +185,8 @@ pub static OPTIONS: &[OptionSpec] = &[
     per_flow(option("redundancy", Scope::Transport, Kind::Spec, "none|dup:R|fec:...", "none",
         "redundancy: none; dup:R sends a share R of data packets twice; fec:rs:K/N sends N-K Reed-Solomon repairs after every K packets; \
          fec:window:W/R one repair over the last W packets after every R; fec:adaptive[:budget=B] repairs as the measured loss needs, at most B (default 50%)", ALL)),
+    per_flow(option("accept-repairs", Scope::Transport, Kind::Switch, "BOOL", "true",
+        "take the peer's FEC repair packets; false says so in the handshake, and the peer's FEC then sends none", ALL)),
     per_flow(option("insecure", Scope::Transport, Kind::Switch, "BOOL", "false",
         "plaintext packets (wire format version 1): no encryption, no authentication; the seed profile is always plaintext, as the seed article's packets were", ALL)),
     per_flow(OptionSpec {

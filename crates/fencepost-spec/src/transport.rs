@@ -223,6 +223,9 @@ pub fn transport_config<'a>(get: impl Fn(&str) -> Option<&'a str>) -> Result<Tra
     if let Some(spec) = get("redundancy").filter(|s| !s.is_empty()) {
         transport.redundancy = parse_redundancy(spec).map_err(|e| fail("redundancy", e))?;
     }
+    if let Some(accept) = get("accept-repairs").filter(|s| !s.is_empty()) {
+        transport.accept_repairs = units::parse_switch(accept).map_err(|e| fail("accept-repairs", e))?;
+    }
     if let Some(insecure) = get("insecure").filter(|s| !s.is_empty()) {
         if units::parse_switch(insecure).map_err(|e| fail("insecure", e))? {
             transport.set_protection(ProtectionConfig::None);
