@@ -100,7 +100,7 @@ def thermal_lab(report: Report, trials: int, progress: bool) -> dict:
 def duplication_lab(report: Report, trials: int, progress: bool) -> dict:
     """The duplication paper's experiment as it ran it: kernel TCP (CUBIC, Linux's default)
     through an emulator that loses and duplicates packets, 1 Gbit/s, 0.1 and 2 ms."""
-    from .demo_redundancy import DUP_DELAYS, DUP_LOSSES, DUP_SHARES, PAPER, PATH_BPS
+    from .demo_redundancy import DUP_DELAYS, DUP_LOSSES, DUP_SHARES, PAPER, fill_duplication_table
 
     rows, summary = _lab_sweep(report, "lab-duplication", progress,
                                grid={"delay": list(DUP_DELAYS), "loss": DUP_LOSSES, "dup-up": DUP_SHARES},
@@ -113,13 +113,7 @@ def duplication_lab(report: Report, trials: int, progress: bool) -> dict:
                       note="Kernel TCP (CUBIC) through fencepost's emulator at 1 Gbit/s with a 1 MB queue: random loss each way, "
                            "the share of packets toward the receiver duplicated on entry, each copy lost or not on its own "
                            "(as netem does), 3 s of data; goodput at the receiver. " + PAPER[delay])
-        for loss in DUP_LOSSES:
-            cells = []
-            for share in DUP_SHARES:
-                r = _by(summary, delay=delay, loss=loss, **{"dup-up": share})
-                cell = _pm(100 * r["goodput_bps_mean"] / PATH_BPS, 100 * r["goodput_bps_ci95"] / PATH_BPS, 1)
-                cells.append(cell + (f" ({r['failed']} failed)" if r.get("failed") else ""))
-            table.add(loss, *cells)
+        fill_duplication_table(table, lambda loss, share: _by(summary, delay=delay, loss=loss, **{"dup-up": share}))
         _say()
         _say(table.text())
         parts.append(table.html())

@@ -42,6 +42,17 @@ STREAM_REDUNDANCY = {
 FEC_LOSSES = ["0%", "0.5%", "1%", "2%", "5%", "10%", "20%", "30%"]
 
 
+def fill_duplication_table(table: Table, row_for) -> None:
+    """One line per loss rate, one goodput cell (% of the path, failed runs counted) per share duplicated."""
+    for loss in DUP_LOSSES:
+        cells = []
+        for share in DUP_SHARES:
+            r = row_for(loss, share)
+            cell = _pm(100 * r["goodput_bps_mean"] / PATH_BPS, 100 * r["goodput_bps_ci95"] / PATH_BPS, 1)
+            cells.append(cell + (f" ({r['failed']} failed)" if r.get("failed") else ""))
+        table.add(loss, *cells)
+
+
 def duplication_curves(report: Report, trials: int, workers: Optional[int], progress: bool) -> dict:
     experiment = Experiment(
         name="duplication",
@@ -60,13 +71,7 @@ def duplication_curves(report: Report, trials: int, workers: Optional[int], prog
                       note="fencepost's default profile sending each share of its data packets twice; the sender writes "
                            "for 3 s (the handshake included, as iperf's runs included TCP's); goodput at the receiver. " + PAPER[delay] + " Those are TCP's figures; fencepost's congestion "
                            "control does not back off for random loss, so here duplication mostly costs capacity.")
-        for loss in DUP_LOSSES:
-            cells = []
-            for share in DUP_SHARES:
-                r = _by(outcome.summary, delay=delay, loss=loss, redundancy=f"dup:{share}")
-                cell = _pm(100 * r["goodput_bps_mean"] / PATH_BPS, 100 * r["goodput_bps_ci95"] / PATH_BPS, 1)
-                cells.append(cell + (f" ({r['failed']} failed)" if r.get("failed") else ""))
-            table.add(loss, *cells)
+        fill_duplication_table(table, lambda loss, share: _by(outcome.summary, delay=delay, loss=loss, redundancy=f"dup:{share}"))
         _say()
         _say(table.text())
         parts.append(table.html())
