@@ -3,7 +3,7 @@ profile, a bulk transfer of a fixed size, several seeds each; goodput at the
 receiver and packets sent by the sender compared (target: within 10 %).
 
 Scenarios: a clean link, 10 % and 30 % random loss, 20 ms delay with jitter, a
-cellular trace (ATT LTE driving, from ../shared/traces, or --trace-dir), and a
+cellular trace (ATT LTE driving, shipped in python/fencepost/traces, or from --trace-dir), and a
 2-flow dumbbell. Failed runs are counted and shown, not averaged in.
 
 Goodput is every flow's bytes over the time from the first connection attempt
@@ -55,7 +55,7 @@ def main() -> int:
     # At 30 % loss a handshake that needs a retry costs a second of a two-second transfer in
     # some seeds, in both worlds: means of fewer runs than this swing by 20 %.
     ap.add_argument("--trials", type=int, default=8)
-    ap.add_argument("--trace-dir", default=str(HERE.parent.parent / "shared" / "traces"))
+    ap.add_argument("--trace-dir", default=str(HERE.parent / "python" / "fencepost" / "traces"))
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--only", metavar="TEXT", help="run only the scenarios whose name contains TEXT")
     args = ap.parse_args()

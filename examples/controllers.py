@@ -2,7 +2,7 @@
 written in Python (shared/seeds/congestion-control-notebook.txt).
 
     .venv/bin/python examples/controllers.py
-    fencepost sim --cc python:examples/controllers.py:NotebookTahoe --trace ../shared/traces/2.64mbps-poisson.trace ...
+    fencepost sim --cc python:examples/controllers.py:NotebookTahoe --trace 2.64mbps-poisson.trace ...
 
 Windows are in packets, as in the notebook.
 """

@@ -59,7 +59,7 @@ def test_thermal_no_congestion_control_uses_the_link_twice_as_well():
 
 
 def test_event_log_and_plots(tmp_path):
-    events = tmp_path / "run.jsonl"
+    events = tmp_path / "run.sqlog"
     result = sim.run(events=str(events), bytes="300kB", loss="10%", delay="10ms", rate="10mbit", cc="tahoe", seed=2)
     assert result.integrity_ok
     df = read_events(events)

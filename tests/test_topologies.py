@@ -128,7 +128,7 @@ def test_a_blackout_from_the_command_line(capsys):
 
 
 def test_event_logs_name_the_flow(tmp_path):
-    path = tmp_path / "two.jsonl"
+    path = tmp_path / "two.sqlog"
     sim.run(events=str(path), flows=2, bytes="50kB", rate="5mbit", seed=1)
     df = read_events(path)
     assert set(df[df["side"] == "client"]["flow"]) == {1, 2}
@@ -148,7 +148,7 @@ def test_a_sweep_of_one_condition_and_per_flow_values(tmp_path, capsys):
 def test_plots_draw_one_flow_of_many(tmp_path):
     from fencepost import plot
 
-    path = tmp_path / "two.jsonl"
+    path = tmp_path / "two.sqlog"
     sim.run(events=str(path), flows=2, cc="tahoe", bytes="200kB", rate="5mbit", seed=1)
     df = read_events(path)
     fig = plot.congestion_window(df, flow=2)

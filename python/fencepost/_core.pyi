@@ -26,6 +26,10 @@ def report_text(report: str) -> str:
 def decode_packet(data: bytes) -> str:
     """The packet type of one datagram; ValueError saying what is wrong otherwise."""
 
+def parse_unit(kind: str, option: str, text: str) -> int:
+    """A value through its unit parser: rate in bit/s, duration in microseconds, size in bytes."""
+    ...
+
 def generate_trace(kind: str, bits_per_second: int, duration_ms: int = 60000, seed: int = 1) -> str:
     """A mahimahi trace as text: kind "constant" or "poisson"."""
 

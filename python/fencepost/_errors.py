@@ -18,6 +18,8 @@ class OptionError(FencepostError, ValueError):
 
 def option_error_from_native(exc: ValueError) -> OptionError:
     """The native module raises ValueError((option, message)); give it our type."""
+    if isinstance(exc, OptionError):
+        return exc
     args = exc.args
     if len(args) == 2 and all(isinstance(a, str) for a in args):
         return OptionError(args[0], args[1])

@@ -10,6 +10,8 @@ from functools import lru_cache
 from typing import Any, Iterable, Mapping, Optional
 
 from . import _core
+from ._traces import TRACE_OPTIONS
+from ._traces import resolve as resolve_trace
 
 
 @lru_cache(maxsize=None)
@@ -63,13 +65,17 @@ def option_value(name: str, value: Any) -> str:
 def normalize_options(options: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(option, value) pairs in the commands' notation, names with dashes; ``None``
     values are left out; a list or tuple gives the option once per element (one
-    value per flow, or several link events), in order."""
+    value per flow, or several link events), in order; a trace given by the name
+    of a shipped trace becomes its path."""
     pairs = []
     for key, value in options.items():
         if value is None:
             continue
         name = key.replace("_", "-")
         values = list(value) if isinstance(value, (list, tuple)) else [value]
+        if name in TRACE_OPTIONS:
+            # A shipped trace may be named without its path.
+            values = [resolve_trace(v, name) for v in values]
         pairs.extend((name, option_value(name, v)) for v in values)
     return pairs
 

@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Optional
 
 from . import _core
@@ -208,7 +209,55 @@ def cmd_keygen(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_trace(args) -> int:
+    from . import _traces
+    from ._errors import option_error_from_native
+
+    if args.trace_command == "list":
+        for name, path in _traces.shipped().items():
+            t = _traces.info(path)
+            print(f"{name:32} {t.mean_bps / 1e6:8.3f} Mbit/s mean, period {t.period_ms / 1000:7.3f} s")
+        print(f"(in {_traces.SHIPPED_DIR}; origins in its README.md)")
+        return 0
+    if args.trace_command == "info":
+        print(_traces.info(args.trace).text())
+        return 0
+    # generate: the rate and length through the options' unit parsers.
+    try:
+        bps = _core.parse_unit("rate", "rate", args.rate)
+        micros = _core.parse_unit("duration", "duration", args.duration)
+    except ValueError as exc:
+        raise option_error_from_native(exc) from None
+    if bps < 12_032 and args.kind == "constant":
+        raise OptionError("rate", f"{args.rate} is below one {_traces.OPPORTUNITY_BYTES}-byte chance a second (12032bit), the slowest constant trace")
+    if bps == 0 or micros < 1000:
+        raise OptionError("rate" if bps == 0 else "duration", "must be above zero (a duration of at least 1ms)")
+    text = _core.generate_trace(args.kind, bps, micros // 1000, args.seed)
+    if args.out == "-":
+        sys.stdout.write(text)
+    else:
+        Path(args.out).write_text(text, encoding="utf-8")
+        print(_traces.info(args.out).text())
+    return 0
+
+
 def add_parsers(subparsers) -> None:
+    p = subparsers.add_parser("trace", help="bandwidth traces: list the shipped ones, summarise one, generate one",
+                              description="mahimahi-format bandwidth traces (one line per 1504-byte delivery chance, in ms). "
+                                          "--trace accepts a path or the name of a shipped trace.")
+    sub = p.add_subparsers(dest="trace_command", metavar="list|info|generate")
+    sub.required = True
+    sub.add_parser("list", help="the traces that ship with fencepost, with their mean capacity")
+    q = sub.add_parser("info", help="a trace's period, mean capacity and its spread over 100 ms windows")
+    q.add_argument("trace", metavar="FILE|NAME", help="a trace file, or a shipped trace's name (see `fencepost trace list`)")
+    q = sub.add_parser("generate", help="write a constant-rate or Poisson trace")
+    q.add_argument("kind", choices=["constant", "poisson"], help="constant: evenly spaced chances; poisson: chances at exponential gaps")
+    q.add_argument("--rate", required=True, metavar="RATE", help="mean capacity, e.g. 12mbit, 2.64mbit")
+    q.add_argument("--duration", default="60s", metavar="DURATION", help="the trace's period for poisson (default 60s; the trace repeats after it)")
+    q.add_argument("--seed", type=int, default=1, metavar="N", help="poisson: the random seed (default 1)")
+    q.add_argument("--out", required=True, metavar="FILE", help="where to write it (- for standard output)")
+    p.set_defaults(handler=cmd_trace)
+
     p = subparsers.add_parser("keygen", help="make a server key pair for protected connections",
                               description="Make a static key pair for `fencepost serve --key FILE`. The public key, printed, is what "
                                           "clients give as --peer-key (Python: peer_key=) to connect only to this server.")

@@ -26,7 +26,7 @@ def _add_sim_parser(subparsers) -> None:
     )
     add_arguments(p, "sim")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
-    p.add_argument("--events", metavar="FILE", help="write the per-packet event log to FILE (JSON lines, qlog-style names)")
+    p.add_argument("--events", metavar="FILE", help="write the per-packet event log to FILE as qlog (version 0.3, JSON-SEQ; qvis opens it)")
     p.set_defaults(handler=_cmd_sim)
 
 
@@ -49,6 +49,9 @@ def _add_sweep_parser(subparsers) -> None:
     p.add_argument("--workers", metavar="N", type=_positive_int("--workers"), help="parallel workers (default: one per core)")
     p.add_argument("--seed", metavar="N", type=_positive_int("--seed", allow_zero=True), help="first trial's seed (default 1)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--scheduler", metavar="tcp://HOST:PORT",
+                   help="run on a Dask cluster through this scheduler instead of local processes "
+                        "(needs dask.distributed: pip install 'fencepost[dask]'; the workers need the same fencepost)")
     add_arguments(p, "sweep", sweep=True)
     p.set_defaults(handler=_cmd_sweep)
 
@@ -57,7 +60,9 @@ def _add_demo_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "demo",
         help="the seed experiments, with tables, plots and a report",
-        description="Run the seed documents' experiments in simulation (sliding fence, THERMAL, the congestion-control notebook), print their tables and write a report folder.",
+        description="Run the seed documents' experiments in simulation (the sliding fence, THERMAL, the congestion-control notebook, "
+                    "the duplication paper) and fencepost's congestion-control and redundancy experiments, print their tables "
+                    "and write a report folder. With --lab (root), also on real network namespaces.",
     )
     p.add_argument("--out", metavar="DIR", default="fencepost-report", help="report folder (default fencepost-report)")
     p.add_argument("--trials", metavar="N", type=_positive_int("--trials"), default=5, help="trials per condition (default 5)")
@@ -91,6 +96,32 @@ def _cmd_sim(args: argparse.Namespace) -> int:
     return 0 if result.integrity_ok else 1
 
 
+class _dask_executor:
+    """A Dask cluster's executor for the length of a sweep; clear errors when Dask is
+    missing or the scheduler cannot be reached."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.client = None
+
+    def __enter__(self):
+        try:
+            from distributed import Client
+        except ImportError:
+            raise OptionError("scheduler", "needs dask.distributed, which is not installed: pip install 'fencepost[dask]'") from None
+        try:
+            self.client = Client(self.address, timeout=10)
+        except (OSError, TimeoutError) as exc:
+            raise OptionError("scheduler", f"cannot reach a Dask scheduler at {self.address}: {exc}; accepted: tcp://HOST:PORT") from None
+        except ValueError as exc:
+            raise OptionError("scheduler", f"{self.address}: {exc}; accepted: tcp://HOST:PORT") from None
+        return self.client.get_executor()
+
+    def __exit__(self, *exc) -> None:
+        if self.client is not None:
+            self.client.close()
+
+
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from .sweep import Experiment, load_experiment, run_sweep, split_values
 
@@ -116,8 +147,12 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         grid = {k: v for k, v in given.items() if len(v) > 1}
         fixed = {k: v[0] for k, v in given.items() if len(v) == 1}
         experiment = Experiment(grid=grid, fixed=fixed, trials=args.trials or 5, seed=1 if args.seed is None else args.seed)
-    source = args.experiment or "fencepost sweep"
-    outcome = run_sweep(experiment, out=args.out, workers=workers, progress=not args.quiet, source=source)
+    source = args.experiment or "the command line"
+    if args.scheduler:
+        with _dask_executor(args.scheduler) as executor:
+            outcome = run_sweep(experiment, out=args.out, progress=not args.quiet, source=source, executor=executor)
+    else:
+        outcome = run_sweep(experiment, out=args.out, workers=workers, progress=not args.quiet, source=source)
     print(f"{outcome.ran} runs done now, {outcome.skipped} already in {args.out}; {len(outcome.summary)} conditions summarised in {args.out}/summary.csv")
     if outcome.interrupted:
         print(f"interrupted: finished runs are kept; run the same command again to do the rest", file=sys.stderr)

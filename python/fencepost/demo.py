@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from . import _core, plot
+from . import _core, _traces, plot
 from . import sim as simulation
 from .sweep import Experiment, run_sweep
 
@@ -53,16 +53,6 @@ NOTEBOOK = {
 
 DROP_RATES = [10, 20, 30, 40, 50, 60]
 THERMAL_RATE_BPS = 20_000_000
-
-
-def _shared_trace(name: str) -> Optional[Path]:
-    here = Path(__file__).resolve()
-    candidates = [Path.cwd() / ".." / "shared" / "traces" / name]
-    candidates += [parent / ".." / "shared" / "traces" / name for parent in here.parents]
-    for c in candidates:
-        if c.exists():
-            return c.resolve()
-    return None
 
 
 def _fmt(v: float, digits: int = 0) -> str:
@@ -240,7 +230,7 @@ def sliding_fence(report: Report, profile: str, trials: int, workers: Optional[i
 
 
 def _traced_run(report: Report, name: str, **options) -> Path:
-    path = report.out / "data" / "events" / f"{name}.jsonl"
+    path = report.out / "data" / "events" / f"{name}.sqlog"
     path.parent.mkdir(parents=True, exist_ok=True)
     simulation.run(events=str(path), **options)
     return path
@@ -310,14 +300,9 @@ NOTEBOOK_TAHOE = "tahoe:iw=1,ssthresh=10,pacing=off"
 
 
 def _notebook_link(report: Report) -> tuple[dict, str]:
-    """The notebook's low-bandwidth link: its trace when shared/traces is beside the project, else a generated one."""
-    trace = _shared_trace("2.64mbps-poisson.trace")
-    if trace is not None:
-        return {"trace": str(trace), "delay": "88ms", "queue": "26400"}, f"trace {trace.name}"
-    trace = report.out / "data" / "2.64mbps-poisson-generated.trace"
-    trace.parent.mkdir(parents=True, exist_ok=True)
-    trace.write_text(_core.generate_trace("poisson", 2_640_000, 60_000, 1), encoding="utf-8")
-    return {"trace": str(trace), "delay": "88ms", "queue": "26400"}, "a generated Poisson trace at 2.64 Mbit/s (shared/traces was not found)"
+    """The notebook's low-bandwidth link: its Poisson trace, shipped with fencepost."""
+    trace = _traces.shipped()["2.64mbps-poisson.trace"]
+    return {"trace": str(trace), "delay": "88ms", "queue": "26400"}, f"trace {trace.name} (shipped with fencepost)"
 
 
 def notebook(report: Report, trials: int, workers: Optional[int], progress: bool) -> dict:

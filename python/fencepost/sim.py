@@ -150,7 +150,7 @@ def check(**options: Any) -> dict[str, str]:
 
 def run(events: Optional[str] = None, **options: Any) -> SimResult:
     """Runs one simulated scenario and returns its result. With ``events``, the
-    per-packet event log is written to that path as JSON lines (see
+    per-packet event log is written to that path as a qlog file (JSON-SEQ; see
     ``fencepost.events``).
 
     >>> r = run(bytes="200kB", loss="20%", delay="5ms", seed=1)

@@ -12,6 +12,7 @@ flows also carry each flow's goodput, mean RTT and retransmissions as
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import itertools
 import json
@@ -207,7 +208,8 @@ def _ignore_sigint() -> None:
 
 def _run_task(task: Task) -> dict:
     text = _core.simulate(task.options, None, False)
-    return {"key": task.key, "condition": task.condition, "trial": task.trial, "result": json.loads(text)}
+    # The build that ran it: an executor's workers on other machines may run another.
+    return {"key": task.key, "condition": task.condition, "trial": task.trial, "build": build_id(), "result": json.loads(text)}
 
 
 class Progress:
@@ -368,9 +370,13 @@ def run_sweep(
     on_result: Optional[Callable[[dict], None]] = None,
     label: str = "runs",
     source: str = "sweep",
+    executor: Optional[concurrent.futures.Executor] = None,
 ) -> SweepOutcome:
     """Validates (errors name ``source``, the experiment's origin), then runs every
-    task not already in ``out``; see the module doc."""
+    task not already in ``out``; see the module doc. With ``executor`` (any
+    ``concurrent.futures.Executor``: a process pool, a Dask client's
+    ``get_executor()``...), the runs go to it instead of a local pool; its workers
+    must run the same build of fencepost, or the sweep stops with an error."""
     validate(experiment, source)
     tasks = plan(experiment)
     wanted = {t.key for t in tasks}
@@ -413,7 +419,20 @@ def run_sweep(
         bar.advance()
 
     try:
-        if todo:
+        if todo and executor is not None:
+            futures = [executor.submit(_run_task, task) for task in todo]
+            try:
+                for future in concurrent.futures.as_completed(futures):
+                    result = future.result()
+                    if result.get("build") != build_id():
+                        raise ExperimentError(f"{source}: a worker runs another build of fencepost ({result.get('build')}, "
+                                              f"here {build_id()}); install the same one everywhere")
+                    record(result)
+            except BaseException:
+                for future in futures:
+                    future.cancel()
+                raise
+        elif todo:
             if workers == 1:
                 for task in todo:
                     record(_run_task(task))
@@ -463,10 +482,13 @@ def sweep(
     workers: Optional[int] = None,
     out: Union[str, Path, None] = None,
     progress: bool = False,
+    executor: Optional[concurrent.futures.Executor] = None,
 ):
     """Runs a grid of simulated scenarios and returns a pandas DataFrame with one
     row per run (condition columns, ``trial``, then the result's fields). The
     per-condition summary is in ``df.attrs["summary"]`` (also a DataFrame).
+    ``executor``: run on any ``concurrent.futures`` executor instead of a local
+    pool, e.g. a Dask cluster's (``distributed.Client(address).get_executor()``).
 
     >>> df = sweep({"loss": ["10%", "30%"], "arq": ["window", "fence"]}, trials=3,
     ...            fixed={"workload": "echo", "messages": 50})
@@ -474,7 +496,7 @@ def sweep(
     import pandas as pd
 
     experiment = Experiment(grid=dict(grid), fixed=dict(fixed or {}), trials=trials, seed=seed)
-    outcome = run_sweep(experiment, out=out, workers=workers, progress=progress)
+    outcome = run_sweep(experiment, out=out, workers=workers, progress=progress, executor=executor)
     if outcome.interrupted:
         raise KeyboardInterrupt
     df = pd.DataFrame(outcome.rows)

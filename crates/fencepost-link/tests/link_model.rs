@@ -5,13 +5,10 @@ use fencepost_link::{Bandwidth, Link, LinkConfig, LossModel, QueueLimit, Trace};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-fn shared_trace(name: &str) -> Option<Trace> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces").join(name);
-    if !path.exists() {
-        eprintln!("skipping: {} not found (the shared traces live beside the project)", path.display());
-        return None;
-    }
-    Some(Trace::from_file(&path).expect("shared trace parses"))
+/// A mahimahi trace the project ships (python/fencepost/traces).
+fn shipped_trace(name: &str) -> Trace {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../python/fencepost/traces").join(name);
+    Trace::from_file(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// Keeps the link saturated with `size`-byte packets for `seconds` and returns
@@ -43,8 +40,7 @@ fn saturated_rate(trace: Trace, size: usize, seconds: u64) -> f64 {
 
 #[test]
 fn twelve_mbit_trace_carries_its_rate_in_mtu_packets() {
-    for (source, trace) in [("generated `1`", Some(Trace::parse("1\n").unwrap())), ("shared 12mbps.trace", shared_trace("12mbps.trace"))] {
-        let Some(trace) = trace else { continue };
+    for (source, trace) in [("generated `1`", Trace::parse("1\n").unwrap()), ("shipped 12mbps.trace", shipped_trace("12mbps.trace"))] {
         let rate = saturated_rate(trace, 1500, 20);
         let error = (rate - 12.032e6).abs() / 12.032e6;
         println!("{source}: {:.3} Mbit/s", rate / 1e6);

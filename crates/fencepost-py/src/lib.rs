@@ -44,8 +44,7 @@ fn simulate_scenario(py: Python<'_>, scenario: Scenario, events: Option<PathBuf>
         let report = run_interruptible(py, &cancel, move || sim.run())?;
         return Ok(report.to_json());
     };
-    let header = serde_json::json!({"name": "fencepost:run_started", "format": "fencepost-events/1", "options": scenario.options});
-    let writer = JsonlWriter::create(&path, header)
+    let writer = JsonlWriter::create(&path, "fencepost sim", serde_json::json!(scenario.options))
         .map_err(|e| PyValueError::new_err(("events".to_string(), format!("cannot write {}: {e}", path.display()))))?;
     let sim = sim.with_trace(Box::new(writer)).cancel_on(cancel.clone());
     let (report, recorded) = run_interruptible(py, &cancel, move || sim.run_traced())?;
@@ -121,6 +120,19 @@ fn check_options(command_name: &str, options: Vec<(String, String)>) -> PyResult
     }
 }
 
+/// One value through its unit parser: `rate` gives bit/s, `duration` microseconds,
+/// `size` bytes. ValueError((option, message)) when it does not parse.
+#[pyfunction]
+fn parse_unit(kind: &str, option: &str, text: &str) -> PyResult<u64> {
+    let parsed = match kind {
+        "rate" => fencepost_spec::units::parse_rate(text),
+        "duration" => fencepost_spec::units::parse_duration(text),
+        "size" => fencepost_spec::units::parse_bytes(text),
+        other => return Err(PyValueError::new_err(format!("{other:?} is not a unit kind; accepted: rate, duration, size"))),
+    };
+    parsed.map_err(|e| PyValueError::new_err((option.to_string(), e.0)))
+}
+
 /// Every option of every command, as JSON: a list of objects with name, scope,
 /// kind, metavar, default, help, choices, commands, per_flow, per_direction,
 /// repeatable and aliases.
@@ -162,6 +174,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(report_text, m)?)?;
     m.add_function(wrap_pyfunction!(decode_packet, m)?)?;
     m.add_function(wrap_pyfunction!(generate_trace, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_unit, m)?)?;
     m.add_function(wrap_pyfunction!(net::echo_bench, m)?)?;
     m.add_function(wrap_pyfunction!(net::keygen, m)?)?;
     m.add_function(wrap_pyfunction!(net::public_key, m)?)?;

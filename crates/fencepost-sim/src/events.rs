@@ -1,10 +1,14 @@
-//! Per-packet event logs as JSON lines, one object per event, flat, with field
-//! names taken from qlog (draft-ietf-quic-qlog-main-schema) where qlog has one:
-//! `transport:packet_sent`, `transport:packet_received`, `recovery:packet_lost`,
-//! `recovery:metrics_updated`; fencepost's own events use the `fencepost:` and
-//! `link:` prefixes. Times are seconds of virtual time. Connection events name
-//! their flow (`flow`, from 1) and end (`side`: client or server); link events
-//! their link (`link`) and direction (`side`: link-up or link-down).
+//! Per-packet event logs as qlog files (draft-ietf-quic-qlog-main-schema, version
+//! 0.3, the `JSON-SEQ` serialisation of RFC 7464: every record starts with the
+//! record separator 0x1E and ends with a line feed), so that qlog tools such as
+//! qvis open them. The first record is qlog's header, one trace from the
+//! simulator's vantage point (`network`), with the run's options; then one record
+//! per event: `time` in milliseconds of virtual time, `name`, `group_id` (which
+//! end or link: `flow1-client`, `flow1-server`, `path-up`...) and `data`. qlog's
+//! events keep qlog's fields (`transport:packet_sent` has `header.packet_type`,
+//! `header.packet_number`, `raw.length`; `recovery:metrics_updated` its RTTs in
+//! ms); every event's `data` also says `flow` and `side`, and fencepost's own
+//! events use the `fencepost:` and `link:` prefixes.
 
 use crate::world::{Role, TraceSink};
 use fencepost_link::{LinkEvent, LinkEventKind};
@@ -21,9 +25,25 @@ pub struct JsonlWriter {
     error: Option<std::io::Error>,
 }
 
+/// RFC 7464's record separator, which starts every JSON-SEQ record.
+const RECORD_SEPARATOR: u8 = 0x1e;
+
 impl JsonlWriter {
-    pub fn create(path: &Path, header: Value) -> std::io::Result<JsonlWriter> {
+    /// Starts a qlog file: its header, holding `title` and the run's `options`.
+    pub fn create(path: &Path, title: &str, options: Value) -> std::io::Result<JsonlWriter> {
         let mut writer = JsonlWriter { out: BufWriter::new(File::create(path)?), error: None };
+        let header = json!({
+            "qlog_version": "0.3",
+            "qlog_format": "JSON-SEQ",
+            "title": title,
+            "description": "fencepost's deterministic simulator: every connection and link of one run",
+            "trace": {
+                "title": title,
+                "vantage_point": {"type": "network", "name": "fencepost simulator"},
+                "common_fields": {"time_format": "relative", "reference_time": 0.0, "protocol_type": ["FENCEPOST"]},
+                "configuration": {"fencepost_options": options},
+            },
+        });
         writer.write(&header);
         Ok(writer)
     }
@@ -32,7 +52,11 @@ impl JsonlWriter {
         if self.error.is_some() {
             return;
         }
-        let result = serde_json::to_writer(&mut self.out, value).map_err(std::io::Error::from).and_then(|_| self.out.write_all(b"\n"));
+        let result = self
+            .out
+            .write_all(&[RECORD_SEPARATOR])
+            .and_then(|_| serde_json::to_writer(&mut self.out, value).map_err(std::io::Error::from))
+            .and_then(|_| self.out.write_all(b"\n"));
         if let Err(e) = result {
             self.error = Some(e);
         }
@@ -54,44 +78,66 @@ fn side(role: Role) -> &'static str {
     }
 }
 
-fn packet_type(t: fencepost_proto::wire::PacketType) -> String {
-    format!("{t:?}").to_lowercase()
+/// qlog's packet header: its packet types are QUIC's, so the handshake is an
+/// `initial` and everything after it `1RTT`; fencepost's own type goes beside.
+fn header(t: fencepost_proto::wire::PacketType, seq: Option<u64>) -> Value {
+    use fencepost_proto::wire::PacketType;
+    let qlog_type = match t {
+        PacketType::Handshake => "initial",
+        PacketType::StatelessReset => "stateless_reset",
+        _ => "1RTT",
+    };
+    let mut header = json!({"packet_type": qlog_type, "fencepost_packet_type": format!("{t:?}").to_lowercase()});
+    if let Some(seq) = seq {
+        header["packet_number"] = json!(seq);
+    }
+    header
 }
 
-/// One trace event of flow `flow` as a flat JSON object.
+fn ms(time: fencepost_proto::Instant) -> f64 {
+    time.total_micros() as f64 / 1e3
+}
+
+/// One trace event of flow `flow` as a qlog event record.
 pub fn event_json(flow: usize, role: Role, event: &TraceEvent) -> Value {
-    let mut value = event_fields(role, event);
-    value["flow"] = json!(flow);
-    value
+    let (time, name, mut data) = event_fields(event);
+    data["flow"] = json!(flow);
+    data["side"] = json!(side(role));
+    json!({"time": time, "name": name, "group_id": format!("flow{flow}-{}", side(role)), "data": data})
 }
 
-fn event_fields(role: Role, event: &TraceEvent) -> Value {
+fn event_fields(event: &TraceEvent) -> (f64, &'static str, Value) {
     match event {
-        TraceEvent::PacketSent { time, packet_type: t, seq, size, retransmission } => json!({
-            "time": time.as_secs_f64(), "side": side(role), "name": "transport:packet_sent",
-            "packet_type": packet_type(*t), "packet_number": seq, "length": size, "is_retransmission": retransmission,
-        }),
-        TraceEvent::PacketReceived { time, packet_type: t, seq, size } => json!({
-            "time": time.as_secs_f64(), "side": side(role), "name": "transport:packet_received",
-            "packet_type": packet_type(*t), "packet_number": seq, "length": size,
-        }),
-        TraceEvent::AckReceived { time, fence_base, fence_top, bitmap_received, newly_acked } => json!({
-            "time": time.as_secs_f64(), "side": side(role), "name": "fencepost:ack_received",
-            "fence_base": fence_base, "fence_top": fence_top, "bitmap_received": bitmap_received, "newly_acked": newly_acked,
-        }),
-        TraceEvent::PacketLost { time, seq, trigger, count } => json!({
-            "time": time.as_secs_f64(), "side": side(role), "name": "recovery:packet_lost",
-            "packet_number": seq, "trigger": trigger.name(), "count": count,
-        }),
-        TraceEvent::MetricsUpdated { time, congestion_window, ssthresh, bytes_in_flight, smoothed_rtt, latest_rtt } => json!({
-            "time": time.as_secs_f64(), "side": side(role), "name": "recovery:metrics_updated",
-            "congestion_window": congestion_window, "ssthresh": ssthresh, "bytes_in_flight": bytes_in_flight,
-            "smoothed_rtt": smoothed_rtt.as_millis_f64(), "latest_rtt": latest_rtt.as_millis_f64(),
-        }),
-        TraceEvent::StreamDelivered { time, fence_base, bytes } => json!({
-            "time": time.as_secs_f64(), "side": side(role), "name": "fencepost:stream_delivered",
-            "fence_base": fence_base, "bytes": bytes,
-        }),
+        TraceEvent::PacketSent { time, packet_type: t, seq, size, retransmission } => (
+            ms(*time),
+            "transport:packet_sent",
+            json!({"header": header(*t, *seq), "raw": {"length": size}, "is_retransmission": retransmission}),
+        ),
+        TraceEvent::PacketReceived { time, packet_type: t, seq, size } => {
+            (ms(*time), "transport:packet_received", json!({"header": header(*t, *seq), "raw": {"length": size}}))
+        }
+        TraceEvent::AckReceived { time, fence_base, fence_top, bitmap_received, newly_acked } => (
+            ms(*time),
+            "fencepost:ack_received",
+            json!({"fence_base": fence_base, "fence_top": fence_top, "bitmap_received": bitmap_received, "newly_acked": newly_acked}),
+        ),
+        TraceEvent::PacketLost { time, seq, trigger, count } => (
+            ms(*time),
+            "recovery:packet_lost",
+            // Without a number: `count` packets lost at once (a timeout declares the whole flight).
+            json!({"header": header(fencepost_proto::wire::PacketType::Data, *seq), "trigger": trigger.name(), "count": count}),
+        ),
+        TraceEvent::MetricsUpdated { time, congestion_window, ssthresh, bytes_in_flight, smoothed_rtt, latest_rtt } => (
+            ms(*time),
+            "recovery:metrics_updated",
+            json!({
+                "congestion_window": congestion_window, "ssthresh": ssthresh, "bytes_in_flight": bytes_in_flight,
+                "smoothed_rtt": smoothed_rtt.as_millis_f64(), "latest_rtt": latest_rtt.as_millis_f64(),
+            }),
+        ),
+        TraceEvent::StreamDelivered { time, fence_base, bytes } => {
+            (ms(*time), "fencepost:stream_delivered", json!({"fence_base": fence_base, "bytes": bytes}))
+        }
     }
 }
 
@@ -115,7 +161,8 @@ impl TraceSink for JsonlWriter {
             Direction::Down => "link-down",
         };
         let value = json!({
-            "time": event.time as f64 / 1e6, "side": side, "link": link, "name": name, "trigger": trigger, "length": event.size,
+            "time": event.time as f64 / 1e3, "name": name, "group_id": format!("{link}-{}", &side[5..]),
+            "data": {"side": side, "link": link, "trigger": trigger, "raw": {"length": event.size}},
         });
         self.write(&value);
     }

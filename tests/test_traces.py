@@ -1,0 +1,74 @@
+"""The traces that ship with fencepost, `--trace NAME`, and `fencepost trace`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from fencepost import OptionError, sim
+from fencepost import _traces
+
+FENCEPOST = [sys.executable, "-m", "fencepost.cli"]
+
+
+def _cli(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([*FENCEPOST, *args], capture_output=True, text=True, timeout=120, cwd=cwd)
+
+
+def test_the_traces_the_project_uses_ship_with_it():
+    names = set(_traces.shipped())
+    assert {"12mbps.trace", "2.64mbps-poisson.trace", "ATT-LTE-driving-2016.up", "ATT-LTE-driving-2016.down"} <= names
+    # mahimahi's example: one 1504-byte chance a millisecond.
+    assert _traces.info("12mbps.trace").mean_bps == pytest.approx(12.032e6)
+    # The notebook's trace is named for 2.64 Mbit/s and delivers less (README, Traces).
+    assert _traces.info("2.64mbps-poisson.trace").mean_bps == pytest.approx(2.44e6, rel=0.01)
+    assert (_traces.SHIPPED_DIR / "README.md").exists(), "the traces' origins"
+
+
+def test_a_shipped_trace_is_named_without_its_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # nothing beside: the name must come from the package
+    r = sim.run(trace="12mbps.trace", bytes="3MB", seed=1)
+    assert r.integrity_ok
+    # A saturated 12 Mbit/s trace: goodput under the link's rate, and near it.
+    assert 9e6 < r.goodput_bps < 12.1e6, r.goodput_bps
+    with pytest.raises(OptionError) as err:
+        sim.run(trace_up="ATT-LTE.up")
+    assert err.value.option == "trace-up" and "ATT-LTE-driving-2016.up" in err.value.message
+
+
+def test_trace_generate_and_info(tmp_path):
+    out = tmp_path / "c.trace"
+    done = _cli("trace", "generate", "constant", "--rate", "24mbit", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert _traces.info(out).mean_bps == pytest.approx(24e6, rel=0.005)
+    a, b = tmp_path / "a.trace", tmp_path / "b.trace"
+    for path in (a, b):
+        done = _cli("trace", "generate", "poisson", "--rate", "3mbit", "--duration", "30s", "--seed", "4", "--out", str(path))
+        assert done.returncode == 0, done.stderr
+    assert a.read_text() == b.read_text(), "the same seed gives the same trace"
+    info = _traces.info(a)
+    assert info.mean_bps == pytest.approx(3e6, rel=0.05) and info.period_ms <= 30_000
+    listed = _cli("trace", "list")
+    assert listed.returncode == 0 and "ATT-LTE-driving-2016.down" in listed.stdout
+    shown = _cli("trace", "info", "ATT-LTE-driving-2016.down")
+    assert shown.returncode == 0 and "mean capacity 4.572 Mbit/s" in shown.stdout
+
+
+@pytest.mark.parametrize("args, names", [
+    (["generate", "constant", "--rate", "fast", "--out", "x"], "--rate"),
+    (["generate", "constant", "--rate", "1kbit", "--out", "x"], "--rate"),
+    (["generate", "poisson", "--rate", "1mbit", "--duration", "soon", "--out", "x"], "--duration"),
+    (["info", "no-such.trace"], "--trace"),
+])
+def test_bad_trace_arguments_name_the_argument(args, names, tmp_path):
+    done = _cli("trace", *args, cwd=tmp_path)
+    assert done.returncode == 2 and names in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_a_malformed_trace_file_is_refused_with_its_line(tmp_path):
+    bad = tmp_path / "bad.trace"
+    bad.write_text("1\n5\n3\n")
+    with pytest.raises(OptionError, match="line 3"):
+        _traces.info(bad)
