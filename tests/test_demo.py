@@ -1,6 +1,7 @@
 """The demo's experiments and their acceptance figures, and the plots."""
 
 import json
+import re
 
 import matplotlib
 
@@ -103,7 +104,20 @@ def test_demo_writes_the_report(tmp_path, capsys):
     assert len(pngs) >= 5 and len(svgs) == len(pngs)
     for png in pngs:
         assert png.name in html
-    assert html.count("<table>") == 13
+    # Thirteen result tables, then provenance and the data files.
+    assert html.count("<table>") == 15
+    # Findings first: one sentence per experiment, from its data.
+    findings = html[html.index("<h2>Findings</h2>"):html.index("</ul>")]
+    assert html.index("<h2>Findings</h2>") < html.index("<h2>(a)")
+    assert findings.count("<li>") == 13, findings
+    assert "fewer packets than the sliding window (the article measured 30%)" in findings
+    assert re.search(r"no congestion control delivered \d+\.\d times CUBIC", findings)
+    # Provenance: version, source, the command, and every experiment's data files with its seeds.
+    assert "<h2>Provenance</h2>" in html and "native build" in html and "git " in html
+    for name in ["sliding-fence-seed", "thermal", "notebook", "mathis", "duplication", "message-latency", "fec-overhead"]:
+        assert f"data/{name}/summary.csv" in html, name
+        assert (tmp_path / "report" / "data" / name / "summary.csv").exists()
+    assert "1-2 (one per trial)" in html
     for plot_name in ["loss-per-controller", "competing-senders", "fairness-matrix", "mathis", "thermal-time-sequence-cubic",
                       "duplication-2ms", "message-latency-cdf", "fec-overhead"]:
         assert f"{plot_name}.png" in html, plot_name

@@ -26,6 +26,9 @@ from __future__ import annotations
 import html
 import math
 import os
+import platform
+import shlex
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -33,7 +36,7 @@ from typing import Callable, Optional, Sequence
 
 from . import _core, _traces, plot
 from . import sim as simulation
-from .sweep import Experiment, run_sweep
+from .sweep import Experiment, build_id, run_sweep
 
 # The article's table "Mean packets sent (n=5)": drop % -> (window packets, fence packets, window TTC s, fence TTC s).
 ARTICLE = {
@@ -100,6 +103,18 @@ class Report:
         self.out = out
         self.sections: list[tuple[str, list[str]]] = []
         self.plots: list[Path] = []
+        # One sentence per experiment, computed from its data; shown first.
+        self.findings: list[tuple[str, str]] = []
+        # Each experiment's data folder (runs, summary, experiment file), for the links.
+        self.data: dict[str, Path] = {}
+        self.seeds: dict[str, str] = {}
+
+    def finding(self, experiment: str, sentence: str) -> None:
+        self.findings.append((experiment, sentence))
+
+    def experiment_data(self, name: str, folder: Path, seeds: str) -> None:
+        self.data[name] = folder
+        self.seeds[name] = seeds
 
     def section(self, title: str) -> list[str]:
         parts: list[str] = []
@@ -116,8 +131,30 @@ class Report:
             f"(<a href='{svg}'>SVG</a>)</figcaption></figure>"
         )
 
+    def _provenance(self, elapsed: float) -> str:
+        rows = [
+            ("fencepost", f"{_package_version()} (native build {build_id()})"),
+            ("source", _source_commit()),
+            ("command", _command_line()),
+            ("Python", f"{platform.python_version()} on {platform.platform()}"),
+            ("written", f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}, after {elapsed:.0f} s of wall time"),
+        ]
+        head = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
+        data = "".join(
+            f"<tr><td>{html.escape(name)}</td><td>{html.escape(self.seeds.get(name, ''))}</td><td>"
+            + " ".join(f"<a href='{html.escape(str((folder / f).relative_to(self.out)))}'>{f}</a>"
+                       for f in ("summary.csv", "runs.csv", "experiment.toml") if (folder / f).exists())
+            + "</td></tr>"
+            for name, folder in self.data.items()
+        )
+        return (f"<h2>Provenance</h2><table>{head}</table>"
+                f"<h3>Data</h3><table><thead><tr><th>experiment</th><th>seeds</th><th>files</th></tr></thead><tbody>{data}</tbody></table>")
+
     def write(self, elapsed: float) -> Path:
-        body = "".join(f"<h2>{html.escape(t)}</h2>" + "".join(parts) for t, parts in self.sections)
+        findings = "".join(f"<li><b>{html.escape(e)}</b>: {html.escape(t)}</li>" for e, t in self.findings)
+        findings = f"<h2>Findings</h2><ul>{findings}</ul>" if findings else ""
+        body = findings + "".join(f"<h2>{html.escape(t)}</h2>" + "".join(parts) for t, parts in self.sections)
+        body += self._provenance(elapsed)
         page = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>fencepost demo report</title>
 <style>
@@ -153,10 +190,40 @@ def _by(summary: list[dict], **match) -> dict:
 
 def _sweep(report: Report, experiment: Experiment, workers: Optional[int], progress: bool, label: str):
     """Runs one experiment into the report's data folder (reusing finished runs); Ctrl-C stops the demo."""
-    outcome = run_sweep(experiment, out=report.out / "data" / experiment.name, workers=workers, progress=progress, label=label)
+    folder = report.out / "data" / experiment.name
+    outcome = run_sweep(experiment, out=folder, workers=workers, progress=progress, label=label)
     if outcome.interrupted:
         raise KeyboardInterrupt
+    report.experiment_data(experiment.name, folder, f"{experiment.seed}-{experiment.seed + experiment.trials - 1} (one per trial)")
     return outcome
+
+
+def _command_line() -> str:
+    argv = list(sys.argv)
+    if not argv or argv[0] in ("", "-c", "-m"):
+        return "run_demo() from Python"
+    argv[0] = Path(argv[0]).name  # `fencepost`, not the virtual environment's path
+    return " ".join(shlex.quote(a) for a in argv)
+
+
+def _package_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("fencepost")
+    except Exception:  # noqa: BLE001 - a source tree without metadata still reports
+        return "unknown version"
+
+
+def _source_commit() -> str:
+    """The git commit of the source tree the package runs from, when it runs from one."""
+    here = Path(__file__).resolve().parent
+    try:
+        done = subprocess.run(["git", "-C", str(here), "describe", "--always", "--dirty", "--abbrev=12"],
+                              capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return "not a git checkout (an installed package)"
+    return f"git {done.stdout.strip()}" if done.returncode == 0 and done.stdout.strip() else "not a git checkout (an installed package)"
 
 
 def sliding_fence(report: Report, profile: str, trials: int, workers: Optional[int], progress: bool) -> dict:
@@ -212,6 +279,15 @@ def sliding_fence(report: Report, profile: str, trials: int, workers: Optional[i
         table.add(*row)
     _say()
     _say(table.text())
+    worst = DROP_RATES[-1]
+    w, f = _by(summary, loss=f"{worst}%", arq="window"), _by(summary, loss=f"{worst}%", arq="fence")
+    sentence = f"at {worst} % drop the sliding fence sent {1 - f['packets_sent_mean'] / w['packets_sent_mean']:.0%} fewer packets than the sliding window"
+    if seed_profile:
+        aw, af = ARTICLE[worst][0], ARTICLE[worst][1]
+        sentence += f" (the article measured {1 - af / aw:.0%})"
+    else:
+        sentence += f" and finished in {f['duration_s_mean']:.2f} s against {w['duration_s_mean']:.2f} s"
+    report.finding(f"(a) sliding fence, {profile} profile", sentence + ".")
     parts = report.section(f"(a) The sliding fence, {profile} profile")
     parts.append(table.html())
     reference = None
@@ -284,6 +360,9 @@ def thermal(report: Report, trials: int, workers: Optional[int], progress: bool)
                    f"speed, and {ratio_tahoe:.1f}x what Tahoe does.")
     _say()
     _say(table.text())
+    report.finding("(b) THERMAL", f"on a 20 Mbit/s link with 10 % loss, no congestion control delivered {ratio:.1f} times CUBIC's goodput "
+                   f"({rows['none:pacing=on']['goodput_bps_mean'] / THERMAL_RATE_BPS:.0%} of the link against "
+                   f"{rows['cubic:pacing=on']['goodput_bps_mean'] / THERMAL_RATE_BPS:.0%}; the article: about 60 % against under 10 %).")
     parts = report.section("(b) TCP THERMAL: no congestion control on a lossy link")
     parts.append(table.html())
     # Like the article's trace picture: a short stretch, so single packets show.
@@ -348,6 +427,9 @@ def notebook(report: Report, trials: int, workers: Optional[int], progress: bool
             table.add(f"notebook {label}", f"{n['acks']:,}", f"{n['dup']:,}", f"{n['dup_pct']:.2f}", _fmt(n["throughput"]), _fmt(n["rtt"], 1))
     _say()
     _say(table.text())
+    tahoe = _by(outcome.summary, cc=NOTEBOOK_TAHOE)
+    report.finding("(c) the notebook", f"the notebook's Tahoe on its 2.64 Mbit/s Poisson trace delivered {tahoe['goodput_bps_mean'] / 8:,.0f} bytes/s "
+                   f"with fencepost's packets (the notebook printed {NOTEBOOK[strategies[NOTEBOOK_TAHOE]]['throughput']:,.0f} with its 80-byte ones).")
     parts = report.section("(c) The congestion-control notebook: Tahoe on a trace-driven link")
     parts.append(table.html())
     events = _traced_run(report, "notebook-tahoe", workload="bulk", time="60s", cc=NOTEBOOK_TAHOE, seed=1, **link)
@@ -399,6 +481,11 @@ def loss_per_controller(report: Report, trials: int, workers: Optional[int], pro
         table.add(loss, *cells)
     _say()
     _say(table.text())
+    high = LOSS_GRID[-2]  # the highest loss at which every controller finishes its runs
+    by_cc = {cc: _by(outcome.summary, cc=cc, loss=high)["goodput_bps_mean"] for cc in CONTROLLERS}
+    best = max(by_cc, key=lambda cc: by_cc[cc] if by_cc[cc] == by_cc[cc] else -1)
+    report.finding("(d) controllers under loss", f"at {high} random loss on 100 Mbit/s, 40 ms, {best} kept {by_cc[best] / 1e6:.1f} Mbit/s "
+                   f"where CUBIC kept {by_cc['cubic'] / 1e6:.1f} and Reno {by_cc['reno'] / 1e6:.1f}.")
     parts = report.section("(d) Congestion control under random loss")
     parts.append(table.html())
     fig = plot.metric_vs_condition(outcome.summary, "loss", "goodput_bps", variant="cc", title="Goodput against random loss, 100 Mbit/s, 40 ms RTT, per controller")
@@ -470,6 +557,8 @@ def competing_senders(report: Report, trials: int, workers: Optional[int], progr
     )
     _say()
     _say(table.text())
+    report.finding("(e) competing senders", f"against a fixed window of 600 packets, Tahoe took {tahoe_share:.0%} of the pair's goodput "
+                   "(the notebook's Tahoe: 1 %).")
     parts = report.section("(e) Competing senders on the notebook's link")
     parts.append(table.html())
     runs, ends = {}, {}
@@ -534,6 +623,9 @@ def fairness_matrix(report: Report, trials: int, workers: Optional[int], progres
         _say(table.text())
         parts.append(table.html())
         matrices[f"{loss} random loss"] = {k: v[:2] for k, v in cells.items()}
+        own = cells[("tolerant", "cubic")][0]
+        report.finding(f"(f) fairness at {loss} loss", f"fencepost's default (tolerant) took {own:.0%} of the goodput against CUBIC; "
+                       f"the lowest Jain index of any pair was {min(v[1] for v in cells.values()):.2f}.")
     fig = plot.share_matrix(matrices, CONTROLLERS, title="Each controller against each: 100 Mbit/s, 40 ms RTT, 1-BDP queue, 60 s")
     report.figure(parts, fig, "fairness-matrix", "Share of the goodput the row controller takes against the column controller (and Jain's index)")
     return {"summary": outcome.summary}
@@ -580,6 +672,10 @@ def mathis(report: Report, trials: int, workers: Optional[int], progress: bool) 
                                "goodput_over_formula_ci95": r["goodput_bps_ci95"] / formula})
     _say()
     _say(table.text())
+    reno = [r["goodput_over_formula_mean"] for r in ratios if r["series"].startswith("reno")]
+    tahoe = [r["goodput_over_formula_mean"] for r in ratios if r["series"].startswith("tahoe")]
+    report.finding("(g) the Mathis formula", f"Reno delivered {min(reno):.2f}-{max(reno):.2f} times the formula's prediction and "
+                   f"Tahoe {min(tahoe):.2f}-{max(tahoe):.2f} times, over 0.5-5 % loss and 20-50 ms.")
     parts = report.section("(g) The Mathis check")
     parts.append(table.html())
     fig = plot.metric_vs_condition(ratios, "loss", "goodput_over_formula", variant="series", ylabel="goodput / Mathis formula",

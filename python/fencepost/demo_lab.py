@@ -23,7 +23,11 @@ LAB_THERMAL = {
 
 
 def _lab_sweep(report: Report, name: str, progress: bool, **kwargs):
-    return lab.lab_sweep(out=str(report.out / "data" / name), progress=progress, **kwargs)
+    folder = report.out / "data" / name
+    result = lab.lab_sweep(out=str(folder), progress=progress, **kwargs)
+    seed, trials = kwargs.get("seed", 1), kwargs.get("trials", 5)
+    report.experiment_data(name, folder, f"{seed}-{seed + trials - 1} (one per trial)")
+    return result
 
 
 def sliding_fence_lab(report: Report, trials: int, progress: bool, sim: Optional[dict] = None) -> dict:
@@ -60,6 +64,13 @@ def sliding_fence_lab(report: Report, trials: int, progress: bool, sim: Optional
                 table.add(*row)
             _say()
             _say(table.text())
+            if profile == "seed":
+                top = DROP_RATES[-1]
+                w = _by(summary, transport="echo+profile=seed+arq=window", loss=f"{top}%")["packets_sent_mean"]
+                f = _by(summary, transport="echo+profile=seed+arq=fence", loss=f"{top}%")["packets_sent_mean"]
+                report.finding(f"(a, lab) sliding fence on namespaces, {impair}",
+                               f"at {top} % drop the fence sent {1 - f / w:.0%} fewer packets than the window (the article: "
+                               f"{1 - ARTICLE[top][1] / ARTICLE[top][0]:.0%}).")
             parts = report.section(f"(a, lab) The sliding fence on namespaces, {profile} profile, {impair}")
             parts.append(table.html())
             mine = [dict(r, arq=r["transport"].rsplit("=", 1)[1]) for r in summary if r["transport"].startswith(f"echo+profile={profile}+")]
@@ -92,6 +103,9 @@ def thermal_lab(report: Report, trials: int, progress: bool) -> dict:
                   _fmt(r["retransmissions_mean"]), _fmt(r["rtt_mean_ms_mean"], 1), str(r["failed"]))
     _say()
     _say(table.text())
+    share = {t: _by(summary, transport=t)["goodput_bps_mean"] / LAB_THERMAL_RATE_BPS for t in LAB_THERMAL}
+    report.finding("(b, lab) THERMAL on namespaces", f"on 100 Mbit/s with 10 % loss, fencepost's default used {share['fencepost']:.0%} of the link "
+                   f"and kernel CUBIC {share['tcp:cubic']:.1%}, BBR {share['tcp:bbr']:.1%}.")
     parts = report.section("(b, lab) THERMAL on namespaces")
     parts.append(table.html())
     return {"summary": summary, "rows": rows}
@@ -100,7 +114,7 @@ def thermal_lab(report: Report, trials: int, progress: bool) -> dict:
 def duplication_lab(report: Report, trials: int, progress: bool) -> dict:
     """The duplication paper's experiment as it ran it: kernel TCP (CUBIC, Linux's default)
     through an emulator that loses and duplicates packets, 1 Gbit/s, 0.1 and 2 ms."""
-    from .demo_redundancy import DUP_DELAYS, DUP_LOSSES, DUP_SHARES, PAPER, fill_duplication_table
+    from .demo_redundancy import DUP_DELAYS, DUP_LOSSES, DUP_SHARES, PAPER, PATH_BPS, fill_duplication_table
 
     rows, summary = _lab_sweep(report, "lab-duplication", progress,
                                grid={"delay": list(DUP_DELAYS), "loss": DUP_LOSSES, "dup-up": DUP_SHARES},
@@ -117,6 +131,11 @@ def duplication_lab(report: Report, trials: int, progress: bool) -> dict:
         _say()
         _say(table.text())
         parts.append(table.html())
+        worst = DUP_LOSSES[-1]
+        plain = _by(summary, delay=delay, loss=worst, **{"dup-up": "0%"})["goodput_bps_mean"]
+        doubled = _by(summary, delay=delay, loss=worst, **{"dup-up": "100%"})["goodput_bps_mean"]
+        report.finding(f"(h1, lab) kernel TCP with duplication, {label}", f"at {worst} loss kernel CUBIC kept {plain / PATH_BPS:.1%} of 1 Gbit/s, "
+                       f"and {doubled / PATH_BPS:.1%} with every packet duplicated.")
         mine = [dict(r, share=r["dup-up"]) for r in summary if str(r["delay"]) == delay]
         fig = plot.metric_vs_condition(mine, "loss", "goodput_bps", variant="share",
                                        title=f"Kernel CUBIC on namespaces: goodput vs loss with duplication, {label} one way (n={trials})")

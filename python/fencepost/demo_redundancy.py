@@ -75,6 +75,11 @@ def duplication_curves(report: Report, trials: int, workers: Optional[int], prog
         _say()
         _say(table.text())
         parts.append(table.html())
+        worst = DUP_LOSSES[-1]
+        plain = _by(outcome.summary, delay=delay, loss=worst, redundancy="dup:0%")["goodput_bps_mean"]
+        doubled = _by(outcome.summary, delay=delay, loss=worst, redundancy="dup:100%")["goodput_bps_mean"]
+        report.finding(f"(h1) duplication, {label}", f"at {worst} loss fencepost kept {plain / PATH_BPS:.0%} of 1 Gbit/s without duplication "
+                       f"and {doubled / PATH_BPS:.0%} sending every packet twice: it needs no copies against random loss.")
         rows = [dict(r, share=r["redundancy"].split(":")[1]) for r in outcome.summary if str(r["delay"]) == delay]
         fig = plot.metric_vs_condition(rows, "loss", "goodput_bps", variant="share",
                                        title=f"Goodput vs loss with packet duplication, {label} one way, 1 Gbit/s (n={trials})")
@@ -109,6 +114,9 @@ def message_latency(report: Report, trials: int, workers: Optional[int], progres
                   f"{overhead:.2f}", _fmt(r["retransmissions_mean"]), str(r.get("failed", 0)))
     _say()
     _say(table.text())
+    p99 = {red: _by(outcome.summary, redundancy=red)["message_latency_p99_ms_mean"] for red in STREAM_REDUNDANCY}
+    report.finding("(h2) message latency", f"at 10 % loss and 50 ms RTT, adaptive FEC kept the 99th percentile of message latency at "
+                   f"{p99['fec:adaptive']:.0f} ms, against {p99['none']:.0f} ms with no redundancy and {p99['dup:100%']:.0f} ms duplicating every packet.")
     parts = report.section("(h2) Message latency with and without redundancy")
     parts.append(table.html())
     # The CDFs of one trial per variant (the first seed: the same run the sweep made).
@@ -153,6 +161,10 @@ def fec_overhead(report: Report, trials: int, workers: Optional[int], progress: 
                   f"{f.get('failed', 0)} / {n.get('failed', 0)}")
     _say()
     _say(table.text())
+    clean = _by(outcome.summary, loss="0%", redundancy="fec:adaptive")
+    ten = _by(outcome.summary, loss="10%", redundancy="fec:adaptive")
+    report.finding("(h3) adaptive FEC's cost", f"on a clean path adaptive FEC sent {clean['redundant_packets_sent_mean'] / clean['data_packets_sent_mean']:.1%} repairs "
+                   f"per data packet; at 10 % loss {ten['redundant_packets_sent_mean'] / ten['data_packets_sent_mean']:.2f}.")
     parts = report.section("(h3) Adaptive FEC: overhead against measured loss")
     parts.append(table.html())
     rows = [dict(r, repairs_per_packet_mean=r["redundant_packets_sent_mean"] / r["data_packets_sent_mean"], repairs_per_packet_ci95=0.0)
