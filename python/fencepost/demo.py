@@ -376,6 +376,8 @@ def thermal(report: Report, trials: int, workers: Optional[int], progress: bool)
 
 
 NOTEBOOK_TAHOE = "tahoe:iw=1,ssthresh=10,pacing=off"
+# The notebook's 80-byte datagrams, in plaintext (version 1): 14 bytes of header, 66 of payload.
+NOTEBOOK_PAYLOAD = "66"
 
 
 def _notebook_link(report: Report) -> tuple[dict, str]:
@@ -400,12 +402,22 @@ def notebook(report: Report, trials: int, workers: Optional[int], progress: bool
         seed=1,
     )
     outcome = _sweep(report, experiment, workers, progress, "runs (notebook)")
+    # As the notebook ran it: 80-byte datagrams (66 bytes of payload in plaintext), Tahoe for 240 s.
+    as_run = {}
+    for cc, seconds in ((NOTEBOOK_TAHOE, 240), ("none:window=1000,pacing=off", 60)):
+        name = "notebook-80-byte-" + cc.split(":")[0]
+        as_run[cc] = _sweep(report, Experiment(
+            name=name, description=f"{cc} on the notebook's link with its 80-byte datagrams, {seconds} s.",
+            grid={"cc": [cc]}, fixed={"workload": "bulk", "time": f"{seconds}s", "packet-size": NOTEBOOK_PAYLOAD, "insecure": "true", **link},
+            trials=trials, seed=1), workers, progress, f"runs (notebook, 80-byte, {cc.split(':')[0]})").summary[0]
     table = Table(
         f"(c) Congestion-control notebook: one sender for 60 s, {trace_note}, 88 ms, 26400-byte queue (n={trials})",
         ["strategy", "total acks", "duplicate acks", "% duplicate", "throughput (bytes/s)", "average RTT (ms)"],
         note=(
-            "'notebook' rows are the notebook's printed results (its packets were 80-byte JSON datagrams, one ack each; "
-            "fencepost sends 1472-byte datagrams and acks every other packet, so ack counts differ in kind). "
+            "'notebook' rows are the notebook's printed results (its packets were 80-byte JSON datagrams, one ack each). "
+            "'80-byte' rows run fencepost as the notebook ran: 80-byte plaintext datagrams (66 bytes of payload), Tahoe for "
+            "240 s, the fixed window for 60 s; the other rows send 1472-byte datagrams for 60 s. fencepost acks every other "
+            "packet, so ack counts differ in kind. "
             "Our throughput is payload bytes delivered per second while the sender wrote. The trace link has no random "
             "loss, so the trials differ only in their data and agree (± 0). The paced Tahoe row is fencepost's own "
             "variant, spreading each window over a round trip."
@@ -423,13 +435,19 @@ def notebook(report: Report, trials: int, workers: Optional[int], progress: bool
             _pm(r["rtt_mean_ms_mean"], r["rtt_mean_ms_ci95"], 1),
         )
         if label is not None:
+            r = as_run[cc]
+            dup_pct = 100 * r["duplicate_acks_received_mean"] / r["acks_received_mean"] if r["acks_received_mean"] else math.nan
+            table.add(f"fencepost {cc}, 80-byte, {label.rsplit(', ', 1)[1]}" + (f" ({r['failed']} failed)" if r.get("failed") else ""),
+                      _pm(r["acks_received_mean"], r["acks_received_ci95"]), _pm(r["duplicate_acks_received_mean"], r["duplicate_acks_received_ci95"]),
+                      f"{dup_pct:.2f}", _pm(r["goodput_bps_mean"] / 8, r["goodput_bps_ci95"] / 8), _pm(r["rtt_mean_ms_mean"], r["rtt_mean_ms_ci95"], 1))
             n = NOTEBOOK[label]
             table.add(f"notebook {label}", f"{n['acks']:,}", f"{n['dup']:,}", f"{n['dup_pct']:.2f}", _fmt(n["throughput"]), _fmt(n["rtt"], 1))
     _say()
     _say(table.text())
     tahoe = _by(outcome.summary, cc=NOTEBOOK_TAHOE)
     report.finding("(c) the notebook", f"the notebook's Tahoe on its 2.64 Mbit/s Poisson trace delivered {tahoe['goodput_bps_mean'] / 8:,.0f} bytes/s "
-                   f"with fencepost's packets (the notebook printed {NOTEBOOK[strategies[NOTEBOOK_TAHOE]]['throughput']:,.0f} with its 80-byte ones).")
+                   f"with 1472-byte datagrams and {as_run[NOTEBOOK_TAHOE]['goodput_bps_mean'] / 8:,.0f} with the notebook's 80-byte ones over 240 s "
+                   f"(the notebook printed {NOTEBOOK[strategies[NOTEBOOK_TAHOE]]['throughput']:,.0f}).")
     parts = report.section("(c) The congestion-control notebook: Tahoe on a trace-driven link")
     parts.append(table.html())
     events = _traced_run(report, "notebook-tahoe", workload="bulk", time="60s", cc=NOTEBOOK_TAHOE, seed=1, **link)

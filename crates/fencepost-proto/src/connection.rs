@@ -1430,13 +1430,23 @@ impl Connection {
                 self.rto_backoff += 1;
             }
             State::Established | State::Closed => {
+                // Holes already found wait for the window to let them out; if it does not
+                // (what is in flight never drains), the probes must carry them, lowest
+                // first, rather than declare more packets lost behind them.
+                let waiting = self.config.arq == Arq::Fence && self.disassembler.has_retransmissions();
                 let lost = match self.config.arq {
+                    _ if waiting => 0,
                     Arq::Fence => self.disassembler.on_probe_timeout(2),
                     Arq::Window => self.disassembler.on_retransmission_timeout(),
                 };
                 self.report_losses(now);
-                self.probe_budget = lost.min(2) as u32;
-                if lost > 0 {
+                self.probe_budget = if waiting { 2 } else { lost.min(2) as u32 };
+                if waiting {
+                    self.stats.retransmission_timeouts += 1;
+                    self.controller.on_retransmission_timeout(now);
+                    self.recovery_start = Some(now);
+                    self.trace_metrics(now);
+                } else if lost > 0 {
                     self.stats.packets_lost += lost;
                     self.stats.retransmission_timeouts += 1;
                     self.trace_loss(now, None, LossTrigger::Timeout, lost);
@@ -1649,7 +1659,23 @@ impl Connection {
     }
 
     fn flow_control_allows_new(&self) -> bool {
-        self.disassembler.next_seq() < self.peer_fence_base + self.peer_window
+        self.disassembler.next_seq() < self.peer_fence_base + self.peer_window.min(self.ack_span())
+    }
+
+    /// Packets from the peer's fence base on that its acks can describe: the base and
+    /// one bit each for what fits in its ack datagram (small packets mean small acks).
+    /// Sending past it leaves packets that no ack can confirm or show missing.
+    fn ack_span(&self) -> u64 {
+        match self.config.fence_width {
+            FenceWidth::UpTo(bits) => {
+                // The peer's datagrams are at least as large as the payload both agreed on.
+                let datagram = wire::DATA_OVERHEAD + self.payload_size + self.config.protection.overhead();
+                let room = (datagram.saturating_sub(wire::ACK_FIXED_LEN) * 8) as u64;
+                1 + room.min(bits as u64)
+            }
+            // The seed profile's fixed fence bounds each send round itself.
+            FenceWidth::Exact(_) => u64::MAX,
+        }
     }
 
     fn poll_continuous_data(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
