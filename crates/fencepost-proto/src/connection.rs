@@ -215,7 +215,7 @@ const MAX_RETRIES: u32 = 4;
 /// authenticate that message), and the real one must still win; beyond this, the
 /// Diffie-Hellman work is not spent again.
 const MAX_ANSWERS: u32 = 8;
-/// The parameters in a version 2 handshake's Noise payload: (server: its id,) max payload, window, reset token.
+/// The parameters in a version 2 handshake's Noise payload: (server: its id,) max payload, window, redundancy, reset token.
 const CLIENT_PARAMETERS_LEN: usize = 2 + 4 + 1 + RESET_TOKEN_LEN;
 const SERVER_PARAMETERS_LEN: usize = 4 + CLIENT_PARAMETERS_LEN;
 
