@@ -96,7 +96,7 @@ def _cmd_sim(args: argparse.Namespace) -> int:
     return 0 if result.integrity_ok else 1
 
 
-class _dask_executor:
+class _DaskExecutor:
     """A Dask cluster's executor for the length of a sweep; clear errors when Dask is
     missing or the scheduler cannot be reached."""
 
@@ -149,7 +149,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         experiment = Experiment(grid=grid, fixed=fixed, trials=args.trials or 5, seed=1 if args.seed is None else args.seed)
     source = args.experiment or "the command line"
     if args.scheduler:
-        with _dask_executor(args.scheduler) as executor:
+        with _DaskExecutor(args.scheduler) as executor:
             outcome = run_sweep(experiment, out=args.out, progress=not args.quiet, source=source, executor=executor)
     else:
         outcome = run_sweep(experiment, out=args.out, workers=workers, progress=not args.quiet, source=source)

@@ -420,7 +420,7 @@ impl Connection {
             let mut parameters = Vec::with_capacity(CLIENT_PARAMETERS_LEN);
             parameters.extend_from_slice(&conn.config.max_payload.to_be_bytes());
             parameters.extend_from_slice(&conn.assembler.window().to_be_bytes());
-            parameters.push(conn.redundancy_announcement());
+            parameters.push(conn.our_redundancy().to_byte());
             parameters.extend_from_slice(&conn.reset_token);
             match ClientHandshake::start(noise, local_cid, secrets.seed, &parameters) {
                 Ok(handshake) => conn.secure = Secure::Client { handshake: Box::new(handshake), token: Vec::new(), retries: 0, sent_timestamps: Vec::new() },
@@ -470,7 +470,7 @@ impl Connection {
         parameters.extend_from_slice(&self.local_cid.to_be_bytes());
         parameters.extend_from_slice(&self.config.max_payload.to_be_bytes());
         parameters.extend_from_slice(&self.assembler.window().to_be_bytes());
-        parameters.push(self.redundancy_announcement());
+        parameters.push(self.our_redundancy().to_byte());
         parameters.extend_from_slice(&self.reset_token);
         let (client, accept, keys) = crypto::server_handshake(key, pattern, cipher, self.peer_cid, secrets.seed, noise, |_| parameters)?;
         let (max_payload, window, redundancy, token) = read_parameters(&client).ok_or(HandshakeError("the client's parameters do not parse"))?;
@@ -1072,8 +1072,7 @@ impl Connection {
         self.payload_size = (self.config.max_payload as usize).min(max_payload.max(wire::MIN_PAYLOAD) as usize);
         self.peer_window = window as u64;
         self.peer_redundancy = Announcement::from_byte(redundancy);
-        let ours = Announcement::of(&self.config.redundancy, self.config.accept_repairs);
-        if ours.sends_repairs() && !self.peer_redundancy.takes_repairs {
+        if self.our_redundancy().sends_repairs() && !self.peer_redundancy.takes_repairs {
             // The peer would drop every repair: spend nothing on them.
             self.redundancy = Box::new(NoRedundancy);
             self.stats.repairs_refused_by_peer = true;
@@ -1084,8 +1083,8 @@ impl Connection {
     }
 
     /// This end's redundancy as its handshake states it.
-    fn redundancy_announcement(&self) -> u8 {
-        Announcement::of(&self.config.redundancy, self.config.accept_repairs).to_byte()
+    fn our_redundancy(&self) -> Announcement {
+        Announcement::of(&self.config.redundancy, self.config.accept_repairs)
     }
 
     fn on_handshake(&mut self, now: Instant, hs: &Handshake) {
@@ -1441,15 +1440,12 @@ impl Connection {
                 };
                 self.report_losses(now);
                 self.probe_budget = if waiting { 2 } else { lost.min(2) as u32 };
-                if waiting {
+                if waiting || lost > 0 {
+                    if lost > 0 {
+                        self.stats.packets_lost += lost;
+                        self.trace_loss(now, None, LossTrigger::Timeout, lost);
+                    }
                     self.stats.retransmission_timeouts += 1;
-                    self.controller.on_retransmission_timeout(now);
-                    self.recovery_start = Some(now);
-                    self.trace_metrics(now);
-                } else if lost > 0 {
-                    self.stats.packets_lost += lost;
-                    self.stats.retransmission_timeouts += 1;
-                    self.trace_loss(now, None, LossTrigger::Timeout, lost);
                     self.controller.on_retransmission_timeout(now);
                     self.recovery_start = Some(now);
                     self.window_recovery_point = None;
@@ -1592,7 +1588,7 @@ impl Connection {
             echo_timestamp,
             max_payload: self.config.max_payload,
             window: self.assembler.window(),
-            redundancy: self.redundancy_announcement(),
+            redundancy: self.our_redundancy().to_byte(),
         };
         self.stats.handshakes_sent += 1;
         self.emit(now, &Packet { dst_cid, body: Body::Handshake(hs) }, buf, None, false)

@@ -310,40 +310,16 @@ struct StreamSink {
 
 impl ServerApp for StreamSink {
     fn run(&mut self, now: Instant, conn: &mut Connection, io: &mut FlowIo) {
-        let mut eof = false;
-        loop {
-            let buf = io.digests.receive_buffer();
-            let n = match conn.read(buf) {
-                Ok(0) => {
-                    eof = true;
-                    0
-                }
-                Ok(n) => {
-                    io.wrong_bytes += io.verifier.check(&buf[..n]);
-                    n
-                }
-                Err(ReadError::WouldBlock) | Err(ReadError::ConnectionLost(_)) => 0,
-            };
-            io.digests.commit_received(n);
-            if n == 0 {
-                break;
-            }
-            io.server_received += n as u64;
-            self.read += n as u64;
+        let eof = sink_reads(conn, io, |io, n| {
+            self.read += n;
             while (self.next_message + 1) * self.message_bytes <= self.read {
                 let Some(start) = io.stream_started else { break };
                 let due = start + Duration::from_micros(self.interval.total_micros() * self.next_message);
                 io.message_latencies_us.push((now - due).total_micros());
                 self.next_message += 1;
             }
-        }
-        if eof && !self.closed {
-            conn.close(now);
-            self.closed = true;
-        }
-        if eof {
-            io.complete(now);
-        }
+        });
+        sink_finish(&mut self.closed, now, conn, io, eof);
     }
 }
 
@@ -417,33 +393,41 @@ struct Sink {
 
 impl ServerApp for Sink {
     fn run(&mut self, now: Instant, conn: &mut Connection, io: &mut FlowIo) {
-        let mut eof = false;
-        loop {
-            let buf = io.digests.receive_buffer();
-            let n = match conn.read(buf) {
-                Ok(0) => {
-                    eof = true;
-                    0
-                }
-                Ok(n) => {
-                    io.wrong_bytes += io.verifier.check(&buf[..n]);
-                    n
-                }
-                Err(ReadError::WouldBlock) | Err(ReadError::ConnectionLost(_)) => 0,
-            };
-            io.digests.commit_received(n);
-            if n == 0 {
-                break;
+        let eof = sink_reads(conn, io, |_, _| {});
+        sink_finish(&mut self.closed, now, conn, io, eof);
+    }
+}
+
+/// Reads everything readable straight into the buffer the hasher takes, checking every
+/// byte, and hands each chunk's length to `chunk`; returns whether the stream ended.
+fn sink_reads(conn: &mut Connection, io: &mut FlowIo, mut chunk: impl FnMut(&mut FlowIo, u64)) -> bool {
+    loop {
+        let buf = io.digests.receive_buffer();
+        let (n, eof) = match conn.read(buf) {
+            Ok(0) => (0, true),
+            Ok(n) => {
+                io.wrong_bytes += io.verifier.check(&buf[..n]);
+                (n, false)
             }
-            io.server_received += n as u64;
+            Err(ReadError::WouldBlock) | Err(ReadError::ConnectionLost(_)) => (0, false),
+        };
+        io.digests.commit_received(n);
+        if n == 0 {
+            return eof;
         }
-        if eof && !self.closed {
-            conn.close(now);
-            self.closed = true;
-        }
-        if eof {
-            io.complete(now);
-        }
+        io.server_received += n as u64;
+        chunk(io, n as u64);
+    }
+}
+
+/// At the stream's end: close our side once, and count the flow complete.
+fn sink_finish(closed: &mut bool, now: Instant, conn: &mut Connection, io: &mut FlowIo, eof: bool) {
+    if eof && !*closed {
+        conn.close(now);
+        *closed = true;
+    }
+    if eof {
+        io.complete(now);
     }
 }
 
