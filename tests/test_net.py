@@ -155,6 +155,32 @@ def test_serve_and_send_check_hashes_and_emit_iperf_json():
     assert server.returncode == 0 and "stopped" in err
 
 
+def test_no_verify_checks_the_count_at_either_end_and_says_so():
+    # A sink that does not hash answers with a zero hash: the sender checks the count and
+    # says the stream was not hashed, whichever side skipped it.
+    plain, plain_port = start_serve()
+    quick, quick_port = start_serve("--no-verify")
+    try:
+        for port, flags, who in ((quick_port, ["--no-verify"], "this side"), (quick_port, [], "the sink"), (plain_port, ["--no-verify"], "this side")):
+            out = subprocess.run([str(BIN / "fencepost"), "send", f"127.0.0.1:{port}", "--bytes", "5MB", "--json", *flags],
+                                 capture_output=True, text=True, timeout=120)
+            assert out.returncode == 0, out.stderr
+            end = json.loads(out.stdout)["end"]
+            assert end["sum_received"]["bytes"] == 5_000_000
+            assert end["fencepost"]["complete"] is True
+            assert end["fencepost"]["verified"] is False and end["fencepost"]["hashes_match"] is False
+            human = subprocess.run([str(BIN / "fencepost"), "send", f"127.0.0.1:{port}", "--bytes", "1MB", *flags],
+                                   capture_output=True, text=True, timeout=120)
+            assert human.returncode == 0 and f"byte count match (not hashed: --no-verify on {who})" in human.stdout, human.stdout
+        bad = subprocess.run([str(BIN / "fencepost"), "send", f"127.0.0.1:{quick_port}", "--bytes", "1MB", "--no-verify", "maybe"],
+                             capture_output=True, text=True, timeout=60)
+        assert bad.returncode != 0 and "--no-verify" in bad.stderr
+    finally:
+        for server in (plain, quick):
+            server.send_signal(signal.SIGINT)
+            server.communicate(timeout=10)
+
+
 def test_send_to_a_killed_server_ends_with_a_clear_error_within_the_idle_timeout():
     server, port = start_serve("--idle-timeout", "3s")
     sender = subprocess.Popen([str(BIN / "fencepost"), "send", f"127.0.0.1:{port}", "--time", "60s", "--idle-timeout", "3s"],

@@ -68,7 +68,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 outcome = f"error: {r['error']}" if r["error"] else "ok"
                 print(
                     f"[{r['remote']}] {mode}: {r['bytes']:,} bytes in {r['duration_s']:.2f} s "
-                    f"({_units(r['goodput_bps'], 'bit/s').strip()}), sha256 {r['sha256'][:16]}..., "
+                    f"({_units(r['goodput_bps'], 'bit/s').strip()}), sha256 {(r['sha256'][:16] + '...') if r['sha256'] else 'not computed (--no-verify)'}, "
                     f"packets sent {r['packets_sent']:,}, retransmissions {r['retransmissions']:,}; {outcome}",
                     flush=True,
                 )
@@ -130,13 +130,17 @@ def cmd_send(args: argparse.Namespace) -> int:
         print(f"[  1]   0.00-{s['duration_s']:<6.2f} sec {_bytes(s['bytes'])}  {_units(s['bits_per_second'], 'bits/sec')}  {s['retransmissions']:5d}   sender")
         if s["hashes_match"]:
             verdict = "SHA-256 match"
+        elif s["complete"]:
+            # Not hashed at one end or both (--no-verify): the count is what was checked.
+            who = "this side" if not s["sha256"] else "the sink"
+            verdict = f"byte count match (not hashed: --no-verify on {who})"
         elif not s["receiver_sha256"]:
             verdict = f"INCOMPLETE ({s['incomplete_reason']}; the sink acknowledged the bytes shown)"
         else:
             verdict = f"MISMATCH (sent {s['sha256'][:16]}..., received {s['receiver_sha256'][:16]}...)"
         print(f"[  1]   0.00-{s['duration_s']:<6.2f} sec {_bytes(s['receiver_bytes'])}  {_units(s['receiver_bytes'] * 8 / max(s['duration_s'], 1e-9), 'bits/sec')}          receiver  {verdict}")
         print(f"packets sent {s['packets_sent']:,} (data {s['data_packets_sent']:,}), acks received {s['acks_received']:,}, smoothed RTT {s['rtt_ms']:.3f} ms")
-    return 0 if s["hashes_match"] else 1
+    return 0 if s["complete"] else 1
 
 
 def iperf_shaped(host: str, port: int, started: float, nbytes, seconds, intervals: list, s: dict) -> dict:
@@ -160,7 +164,7 @@ def iperf_shaped(host: str, port: int, started: float, nbytes, seconds, interval
                          "bits_per_second": s["bits_per_second"], "retransmits": s["retransmissions"]},
             "sum_received": {"start": 0, "end": s["duration_s"], "seconds": s["duration_s"], "bytes": s["receiver_bytes"],
                              "bits_per_second": s["receiver_bytes"] * 8 / max(s["duration_s"], 1e-9)},
-            "fencepost": {k: s[k] for k in ("sha256", "receiver_sha256", "hashes_match", "complete", "incomplete_reason", "packets_sent", "data_packets_sent", "acks_received", "rtt_ms", "connect_started_unix")},
+            "fencepost": {k: s[k] for k in ("sha256", "receiver_sha256", "hashes_match", "verified", "complete", "incomplete_reason", "packets_sent", "data_packets_sent", "acks_received", "rtt_ms", "connect_started_unix")},
         },
     }
 

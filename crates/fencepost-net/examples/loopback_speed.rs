@@ -10,9 +10,9 @@ use std::time::Duration;
 async fn main() {
     let bytes: u64 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(1_000_000_000);
     let server = Endpoint::bind("127.0.0.1:0".parse().unwrap(), EndpointConfig::server(TransportConfig::default())).await.unwrap();
-    tokio::spawn(tools::serve(server.clone(), false, |_| {}));
+    tokio::spawn(tools::serve(server.clone(), false, true, |_| {}));
     let client = Endpoint::bind("127.0.0.1:0".parse().unwrap(), EndpointConfig::client(TransportConfig::default())).await.unwrap();
-    let s = tools::send(&client, server.local_addr(), Amount::Bytes(bytes), Duration::from_secs(1), |i| {
+    let s = tools::send(&client, server.local_addr(), Amount::Bytes(bytes), Duration::from_secs(1), true, |i| {
         println!("{:5.1}-{:5.1} s  {:8.1} Mbit/s  retr {:5}  rtt {:.3} ms  cwnd {}", i.start, i.end, i.bits_per_second / 1e6, i.retransmissions, i.rtt_ms, i.cwnd)
     })
     .await

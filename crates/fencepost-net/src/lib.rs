@@ -24,6 +24,10 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+/// tokio's timers fire on millisecond ticks, rounded up: the pacer is told so (see
+/// `TransportConfig::timer_granularity`).
+const TIMER_GRANULARITY: fencepost_proto::Duration = fencepost_proto::Duration::from_millis(1);
+
 /// How an endpoint is set up.
 #[derive(Clone, Debug)]
 pub struct EndpointConfig {
@@ -182,8 +186,10 @@ impl Endpoint {
         let _ = udp.set_send_buffer_size((&std_socket).into(), 8 << 20);
         let socket = tokio::net::UdpSocket::from_std(std_socket).map_err(NetError::Io)?;
         let local_addr = socket.local_addr().map_err(NetError::Io)?;
+        let mut transport = config.transport.clone();
+        transport.timer_granularity = transport.timer_granularity.max(TIMER_GRANULARITY);
         let proto_config = ProtoEndpointConfig {
-            transport: Arc::new(config.transport.clone()),
+            transport: Arc::new(transport),
             accept_incoming: config.server,
             max_connections: config.max_connections,
             buffer_budget: config.buffer_budget,
@@ -480,6 +486,9 @@ impl Connection {
         let Some(conn) = st.proto.connection_mut(self.handle) else {
             return Poll::Ready(Err(io::Error::new(io::ErrorKind::NotConnected, "connection forgotten")));
         };
+        // Only the step from nothing to send to something to send needs the driver woken:
+        // a bulk writer would otherwise wake it for every write while it is busy anyway.
+        let was_idle = !conn.has_unsent_data();
         match conn.write(buf) {
             Ok(0) if !buf.is_empty() => {
                 if let Some(w) = st.waiters.get_mut(&self.handle) {
@@ -489,7 +498,9 @@ impl Connection {
             }
             Ok(n) => {
                 drop(st);
-                self.shared.wake_driver.notify_one();
+                if was_idle {
+                    self.shared.wake_driver.notify_one();
+                }
                 Poll::Ready(Ok(n))
             }
             Err(WriteError::Finished) => Poll::Ready(Err(io::Error::new(io::ErrorKind::BrokenPipe, "write after close"))),

@@ -3,7 +3,9 @@
 //!
 //! `send` streams bytes to a `serve` sink and finishes; the sink answers with
 //! the byte count (8 bytes, big-endian) and the SHA-256 of what it read, then
-//! finishes too, so the sender can check the stream arrived intact.
+//! finishes too, so the sender can check the stream arrived intact. A sink told
+//! not to hash (`--no-verify`) sends 32 zero bytes in place of the hash, and the
+//! sender then checks the count alone.
 
 use crate::{Connection, Endpoint, NetError};
 use rand_core::{Rng, SeedableRng};
@@ -55,21 +57,22 @@ pub const SERIES_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Serves every incoming connection until the endpoint stops: a sink that
 /// answers with a receipt, or (`echo`) an echo. Each connection's account goes to `report`.
-pub async fn serve(endpoint: Endpoint, echo: bool, report: impl Fn(ServedConnection) + Send + Sync + Clone + 'static) {
+/// Without `verify` the sink counts bytes and does not hash them.
+pub async fn serve(endpoint: Endpoint, echo: bool, verify: bool, report: impl Fn(ServedConnection) + Send + Sync + Clone + 'static) {
     while let Some(conn) = endpoint.accept().await {
         let report = report.clone();
         tokio::spawn(async move {
-            let summary = serve_one(conn, echo).await;
+            let summary = serve_one(conn, echo, verify).await;
             report(summary);
         });
     }
 }
 
-async fn serve_one(mut conn: Connection, echo: bool) -> ServedConnection {
+async fn serve_one(mut conn: Connection, echo: bool, verify: bool) -> ServedConnection {
     let started = Instant::now();
     let accepted_unix = unix_now();
     let remote = conn.remote_addr().to_string();
-    let mut hash = Sha256::new();
+    let mut hash = verify.then(Sha256::new);
     let mut bytes = 0u64;
     let mut buf = vec![0u8; 256 * 1024];
     let mut series = Vec::new();
@@ -87,7 +90,9 @@ async fn serve_one(mut conn: Connection, echo: bool) -> ServedConnection {
             }
             bytes += n as u64;
             last_byte_s = started.elapsed().as_secs_f64();
-            hash.update(&buf[..n]);
+            if let Some(hash) = hash.as_mut() {
+                hash.update(&buf[..n]);
+            }
             if echo {
                 conn.write_all(&buf[..n]).await?;
             }
@@ -95,7 +100,9 @@ async fn serve_one(mut conn: Connection, echo: bool) -> ServedConnection {
         if !echo {
             let mut receipt = [0u8; RECEIPT_LEN];
             receipt[..8].copy_from_slice(&bytes.to_be_bytes());
-            receipt[8..].copy_from_slice(&hash.clone().finalize());
+            if let Some(hash) = &hash {
+                receipt[8..].copy_from_slice(&hash.clone().finalize());
+            }
             conn.write_all(&receipt).await?;
         }
         conn.finish();
@@ -113,7 +120,7 @@ async fn serve_one(mut conn: Connection, echo: bool) -> ServedConnection {
         bytes,
         duration_s: duration,
         goodput_bps: if duration > 0.0 { bytes as f64 * 8.0 / duration } else { 0.0 },
-        sha256: hex(&hash.finalize()),
+        sha256: hash.map(|h| hex(&h.finalize())).unwrap_or_default(),
         packets_sent: stats.packets_sent,
         packets_received: stats.packets_received,
         retransmissions: stats.retransmissions,
@@ -154,8 +161,12 @@ pub struct SendSummary {
     /// The sink's count and hash, from its receipt; without a receipt (the flush did
     /// not finish in time), the bytes the sink acknowledged and an empty hash.
     pub receiver_bytes: u64,
+    /// Empty when the sink did not hash (`serve --no-verify`) or sent no receipt.
     pub receiver_sha256: String,
+    /// Both ends hashed the stream and the hashes agree.
     pub hashes_match: bool,
+    /// Both ends hashed the stream, so `hashes_match` says something; without it only the byte count was checked.
+    pub verified: bool,
     /// Everything written arrived and the sink's receipt came back.
     pub complete: bool,
     /// Why the transfer is incomplete, when it is.
@@ -175,7 +186,8 @@ fn flush_grace(limit: Duration) -> Duration {
     limit.clamp(Duration::from_secs(2), CLOSE_WAIT)
 }
 
-/// Streams bytes to a `serve` sink, reporting every `interval`, and checks the sink's receipt.
+/// Streams bytes to a `serve` sink, reporting every `interval`, and checks the sink's receipt
+/// (its SHA-256 too when `verify` and the sink hashed).
 /// A timed send is bounded as a whole: it writes until the time is up (even while the
 /// window is closed), then allows [`flush_grace`] for the rest to arrive, and reports.
 pub async fn send(
@@ -183,6 +195,7 @@ pub async fn send(
     target: SocketAddr,
     amount: Amount,
     interval: Duration,
+    verify: bool,
     mut on_interval: impl FnMut(Interval),
 ) -> Result<SendSummary, NetError> {
     let connect_started_unix = unix_now();
@@ -190,7 +203,7 @@ pub async fn send(
     // A buffer of random bytes, written over and over: cheap to produce at line rate.
     let mut chunk = vec![0u8; 256 * 1024];
     Xoshiro256PlusPlus::seed_from_u64(0x5eed).fill_bytes(&mut chunk);
-    let mut hash = Sha256::new();
+    let mut hash = verify.then(Sha256::new);
     let started = Instant::now();
     let writing_ends = match amount {
         Amount::Time(limit) => Some(tokio::time::Instant::from_std(started + limit)),
@@ -220,7 +233,9 @@ pub async fn send(
             },
             None => conn.send(piece).await.map_err(io)?,
         };
-        hash.update(&piece[..written]);
+        if let Some(hash) = hash.as_mut() {
+            hash.update(&piece[..written]);
+        }
         sent += written as u64;
         offset = (offset + written) % chunk.len();
         let now = Instant::now();
@@ -270,20 +285,25 @@ pub async fn send(
         let _ = tokio::time::timeout(CLOSE_WAIT, conn.closed()).await;
     }
     let (receiver_bytes, receiver_sha256) = if receipt.len() == RECEIPT_LEN {
-        (u64::from_be_bytes(receipt[..8].try_into().expect("8 bytes")), hex(&receipt[8..]))
+        let hashed = receipt[8..].iter().any(|&b| b != 0);
+        (u64::from_be_bytes(receipt[..8].try_into().expect("8 bytes")), if hashed { hex(&receipt[8..]) } else { String::new() })
     } else {
         (acknowledged, String::new())
     };
-    let sha256 = hex(&hash.finalize());
-    let hashes_match = receiver_bytes == sent && receiver_sha256 == sha256;
+    let sha256 = hash.map(|h| hex(&h.finalize())).unwrap_or_default();
+    let verified = !sha256.is_empty() && !receiver_sha256.is_empty();
+    let hashes_match = verified && receiver_bytes == sent && receiver_sha256 == sha256;
+    // Without both hashes, the count is all there is to check; a receipt must have come back.
+    let complete = if verified { hashes_match } else { receipt.len() == RECEIPT_LEN && receiver_bytes == sent };
     Ok(SendSummary {
         remote: target.to_string(),
         bytes: sent,
         duration_s: duration,
         bits_per_second: sent as f64 * 8.0 / duration.max(1e-9),
-        complete: hashes_match,
-        incomplete_reason: incomplete_reason.or_else(|| (!hashes_match).then(|| "the sink's receipt does not match what was sent".to_string())),
+        complete,
+        incomplete_reason: incomplete_reason.or_else(|| (!complete).then(|| "the sink's receipt does not match what was sent".to_string())),
         hashes_match,
+        verified,
         sha256,
         receiver_bytes,
         receiver_sha256,

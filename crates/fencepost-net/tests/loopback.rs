@@ -16,7 +16,7 @@ async fn server(echo: bool, transport: TransportConfig) -> (Endpoint, Arc<Mutex<
     let endpoint = Endpoint::bind(localhost(), EndpointConfig::server(transport)).await.unwrap();
     let served = Arc::new(Mutex::new(Vec::new()));
     let sink = served.clone();
-    tokio::spawn(tools::serve(endpoint.clone(), echo, move |s| sink.lock().unwrap().push(s)));
+    tokio::spawn(tools::serve(endpoint.clone(), echo, true, move |s| sink.lock().unwrap().push(s)));
     (endpoint, served)
 }
 
@@ -29,7 +29,7 @@ async fn bulk_transfer_arrives_with_matching_hashes() {
     let (server, served) = server(false, TransportConfig::default()).await;
     let client = client().await;
     let mut intervals = 0;
-    let summary = tools::send(&client, server.local_addr(), Amount::Bytes(20_000_000), Duration::from_millis(100), |_| intervals += 1)
+    let summary = tools::send(&client, server.local_addr(), Amount::Bytes(20_000_000), Duration::from_millis(100), true, |_| intervals += 1)
         .await
         .unwrap();
     assert!(summary.hashes_match, "{summary:?}");
@@ -97,7 +97,7 @@ async fn a_vanished_server_ends_the_transfer_within_the_idle_timeout() {
         killer.shutdown();
     });
     let started = Instant::now();
-    let result = tools::send(&client, target, Amount::Time(Duration::from_secs(30)), Duration::from_secs(1), |_| {}).await;
+    let result = tools::send(&client, target, Amount::Time(Duration::from_secs(30)), Duration::from_secs(1), true, |_| {}).await;
     let took = started.elapsed();
     match result {
         Err(NetError::Io(e)) => assert!(e.to_string().contains("timed out"), "{e}"),
@@ -146,7 +146,7 @@ async fn garbage_is_counted_and_ignored_while_transfers_complete() {
     };
     let client = client().await;
     for _ in 0..3 {
-        let summary = tools::send(&client, target, Amount::Bytes(3_000_000), Duration::from_secs(1), |_| {}).await.unwrap();
+        let summary = tools::send(&client, target, Amount::Bytes(3_000_000), Duration::from_secs(1), true, |_| {}).await.unwrap();
         assert!(summary.hashes_match);
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -200,7 +200,7 @@ async fn a_timed_send_is_bounded_even_when_nothing_can_be_delivered() {
     });
     let client = client().await;
     let started = Instant::now();
-    let summary = tools::send(&client, server.local_addr(), Amount::Time(Duration::from_secs(1)), Duration::from_millis(250), |_| {})
+    let summary = tools::send(&client, server.local_addr(), Amount::Time(Duration::from_secs(1)), Duration::from_millis(250), true, |_| {})
         .await
         .unwrap();
     let took = started.elapsed();

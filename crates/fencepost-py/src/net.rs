@@ -447,11 +447,12 @@ impl PyServer {
     #[pyo3(signature = (host, port, echo, options=Vec::new()))]
     fn start(py: Python<'_>, host: &str, port: u16, echo: bool, options: Vec<(String, String)>) -> PyResult<Self> {
         let addr = resolve(host, port)?;
-        let config = tool_endpoint(true, &parse_tool(Command::Serve, &options)?);
+        let tool = parse_tool(Command::Serve, &options)?;
+        let config = tool_endpoint(true, &tool);
         let endpoint = block_on(py, Endpoint::bind(addr, config), None, "bind")?.map_err(net_error)?;
         let (tx, rx) = mpsc::channel();
         let tx = Arc::new(Mutex::new(tx));
-        runtime().spawn(tools::serve(endpoint.clone(), echo, move |summary| {
+        runtime().spawn(tools::serve(endpoint.clone(), echo, tool.verify, move |summary| {
             if let Ok(json) = serde_json::to_string(&summary) {
                 let _ = tx.lock().map(|t| t.send(json));
             }
@@ -516,13 +517,14 @@ impl PySender {
             None => unreachable!("send's options always carry an amount"),
         };
         let interval = tool.interval.as_secs_f64();
+        let verify = tool.verify;
         let config = tool_endpoint(false, &tool);
         let bind: SocketAddr = if target.is_ipv4() { "0.0.0.0:0".parse() } else { "[::]:0".parse() }.expect("a literal address");
         let endpoint = block_on(py, Endpoint::bind(bind, config), None, "bind")?.map_err(net_error)?;
         let (tx, rx) = mpsc::channel();
         let every = Duration::from_secs_f64(interval.max(0.05));
         let task = runtime().spawn(async move {
-            let result = tools::send(&endpoint, target, amount, every, |i| {
+            let result = tools::send(&endpoint, target, amount, every, verify, |i| {
                 if let Ok(json) = serde_json::to_string(&i) {
                     let _ = tx.send(json);
                 }

@@ -207,6 +207,8 @@ pub static OPTIONS: &[OptionSpec] = &[
     option("timeout", Scope::Run, Kind::Duration, "DURATION", "3600s", "bound on the run's virtual time", SIMULATED),
     option("series", Scope::Run, Kind::Duration, "DURATION", "0s", "record each flow's goodput every DURATION of virtual time (0s: off)", SIMULATED),
     option("interval", Scope::Run, Kind::Duration, "DURATION", "1s", "report every", &[Send]),
+    option("no-verify", Scope::Run, Kind::Switch, "BOOL", "false",
+        "skip the end-to-end SHA-256 of the stream and check only the byte count (for benchmarks: hashing costs about as much CPU as the transport)", &[Send, Serve]),
     option("connect-timeout", Scope::Run, Kind::Duration, "DURATION", "10s", "give up on the handshake after", &[Send, EchoBench]),
 ];
 

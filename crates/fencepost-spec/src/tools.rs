@@ -25,6 +25,8 @@ pub struct ToolOptions {
     /// `echo-bench`.
     pub messages: u32,
     pub seed: u64,
+    /// `send`/`serve`: hash the stream end to end (false: `--no-verify`, count bytes only).
+    pub verify: bool,
 }
 
 fn duration(given: &Given, name: &str) -> Result<Duration, OptionError> {
@@ -59,6 +61,7 @@ pub fn tool_options<'a>(command: Command, pairs: impl IntoIterator<Item = (&'a s
         .and_then(|n| u32::try_from(n).ok())
         .ok_or_else(|| fail("messages", "expected a whole number of messages, from 1 to 4294967295"))?;
     let seed = units::parse_count(given.get("seed").unwrap_or(default_of("seed")), 0).map_err(|e| fail("seed", e))?;
+    let no_verify = units::parse_switch(given.get("no-verify").unwrap_or(default_of("no-verify"))).map_err(|e| fail("no-verify", e))?;
     Ok(ToolOptions {
         transport,
         amount,
@@ -66,6 +69,7 @@ pub fn tool_options<'a>(command: Command, pairs: impl IntoIterator<Item = (&'a s
         connect_timeout: duration(&given, "connect-timeout")?,
         messages,
         seed,
+        verify: !no_verify,
     })
 }
 

@@ -811,6 +811,10 @@ impl Controller for Bbr {
         self.pacer.earliest_departure_time()
     }
 
+    fn pacing_rate(&self) -> Option<u64> {
+        self.pacer.active_rate()
+    }
+
     fn name(&self) -> &str {
         match self.flavour {
             BbrFlavour::V1 => "bbr",

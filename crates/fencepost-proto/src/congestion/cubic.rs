@@ -279,6 +279,10 @@ impl Controller for Cubic {
         self.pacer.as_ref().and_then(Pacer::earliest_departure_time)
     }
 
+    fn pacing_rate(&self) -> Option<u64> {
+        self.pacer.as_ref().and_then(Pacer::active_rate)
+    }
+
     fn name(&self) -> &str {
         "cubic"
     }

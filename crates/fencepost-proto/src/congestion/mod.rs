@@ -162,6 +162,11 @@ pub trait Controller: fmt::Debug + Send {
         None
     }
 
+    /// The rate the pacer spreads packets at, bytes per second (`None`: not paced).
+    fn pacing_rate(&self) -> Option<u64> {
+        None
+    }
+
     /// Short name used in reports and traces.
     fn name(&self) -> &str;
 }

@@ -38,6 +38,11 @@ impl Pacer {
         self.rate
     }
 
+    /// The rate, when pacing is on.
+    pub fn active_rate(&self) -> Option<u64> {
+        (self.rate > 0).then_some(self.rate)
+    }
+
     fn time_for(&self, bytes: u64) -> Duration {
         Duration::from_micros(((bytes as u128 * 1_000_000) / self.rate.max(1) as u128) as u64)
     }

@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""fencepost, quinn, kernel TCP and plain UDP on loopback, measured in one run.
+
+Bulk: one connection moves BYTES (default 1 GB) from a client process to a server
+process; the rate is bytes over the time from the connection being up to the sink's
+byte count coming back, and the CPU is both processes' user + system time per GB.
+Ping-pong: 64-byte messages, one in flight, ROUND_TRIPS times; p50 and p99.
+Every case runs --reps times (default 3), interleaved, and prints min / median / max;
+a failed run is shown and counted, never averaged in. --json FILE writes every figure.
+
+    python3 bench/peers.py [--bytes 1000000000] [--reps 3] [--round-trips 10000] [--json out.json]
+
+The peers are one Rust program (bench/peers, built here on demand) so every transport
+runs under the same harness; fencepost's side is the library `fencepost serve`/`send` use.
+"""
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
+PEERS = os.path.join(TARGET, "release", "fencepost-peers")
+
+# (label, proto, extra flags for both ends)
+BULK = [
+    ("fencepost", "fencepost", []),
+    ("fencepost --no-verify", "fencepost", ["--no-verify"]),
+    ("fencepost --no-verify --insecure", "fencepost", ["--no-verify", "--insecure"]),
+    ("quinn", "quinn", []),
+    ("kernel TCP", "tcp", []),
+    ("plain UDP", "udp", []),
+]
+PINGPONG = [
+    ("fencepost", "fencepost", []),
+    ("quinn", "quinn", []),
+    ("kernel TCP (TCP_NODELAY)", "tcp", []),
+    ("plain UDP", "udp", []),
+]
+
+
+def free_port(kind: int) -> int:
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def one_run(proto: str, flags: list, client_args: list, timeout: float) -> dict:
+    """Server and client for one case; returns both JSON reports or {'error': ...}."""
+    port = free_port(socket.SOCK_STREAM if proto == "tcp" else socket.SOCK_DGRAM)
+    addr = f"127.0.0.1:{port}"
+    with tempfile.TemporaryDirectory() as tmp:
+        cert = ["--cert", os.path.join(tmp, "cert.der")] if proto == "quinn" else []
+        server = subprocess.Popen([PEERS, "server", proto, addr] + flags + cert + (["--echo"] if "--pingpong" in client_args else []),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.time() + 5
+            while proto == "quinn" and not os.path.exists(cert[1]) and time.time() < deadline:
+                time.sleep(0.02)
+            time.sleep(0.2)  # the server binds before the client's first packet
+            client = subprocess.run([PEERS, "client", proto, addr] + flags + cert + client_args,
+                                    capture_output=True, text=True, timeout=timeout)
+            out, err = server.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.communicate()
+            return {"error": f"timed out after {timeout:.0f} s"}
+        finally:
+            if server.poll() is None:
+                server.kill()
+                server.communicate()
+    if client.returncode != 0 or server.returncode != 0:
+        return {"error": (client.stderr.strip() or err.strip() or f"exit {client.returncode}/{server.returncode}")[-300:]}
+    return {"client": json.loads(client.stdout.strip().splitlines()[-1]), "server": json.loads(out.strip().splitlines()[-1])}
+
+
+def spread(values: list) -> dict:
+    return {"min": min(values), "median": statistics.median(values), "max": max(values)} if values else {}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bytes", type=int, default=1_000_000_000)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--round-trips", type=int, default=10_000)
+    ap.add_argument("--only", choices=["bulk", "pingpong"], help="run one half")
+    ap.add_argument("--json", metavar="FILE", help="write every figure here")
+    args = ap.parse_args()
+    print("building bench/peers (quinn, rustls; first time takes a minute) ...", file=sys.stderr, flush=True)
+    subprocess.run(["cargo", "build", "--release", "--quiet", "--manifest-path", os.path.join(ROOT, "bench", "peers", "Cargo.toml")],
+                   check=True, env={**os.environ, "CARGO_TARGET_DIR": TARGET})
+    results = {"bytes": args.bytes, "reps": args.reps, "round_trips": args.round_trips, "bulk": {}, "pingpong": {}}
+    if args.only != "pingpong":
+        runs = {label: [] for label, _, _ in BULK}
+        for rep in range(args.reps):
+            for label, proto, flags in BULK:
+                r = one_run(proto, flags, ["--bytes", str(args.bytes)], timeout=120)
+                runs[label].append(r)
+                what = r.get("error") or f"{r['server']['gbit_per_s'] if proto == 'udp' else r['client']['gbit_per_s']:.2f} Gbit/s"
+                print(f"  bulk rep {rep + 1} {label}: {what}", file=sys.stderr, flush=True)
+        print(f"\nloopback bulk, one connection, {args.bytes / 1e9:g} GB, {args.reps} repetitions (min / median / max)")
+        print(f"  {'':34s} {'Gbit/s':>22s}   {'CPU s/GB (both ends)':>22s}  failed")
+        for label, proto, _ in BULK:
+            ok = [r for r in runs[label] if "error" not in r]
+            # UDP's sender only offers; what the sink received is its rate.
+            rate = [(r["server"] if proto == "udp" else r["client"])["gbit_per_s"] for r in ok]
+            cpu = [(r["client"]["cpu_s"] + r["server"]["cpu_s"]) / (r["server"]["bytes"] / 1e9) for r in ok]
+            results["bulk"][label] = {"gbit_per_s": spread(rate), "cpu_s_per_gb": spread(cpu), "failed": len(runs[label]) - len(ok),
+                                      "errors": [r["error"] for r in runs[label] if "error" in r], "runs": runs[label]}
+            fmt = lambda s: f"{s['min']:6.2f} {s['median']:6.2f} {s['max']:6.2f}" if s else "     -      -      -"
+            print(f"  {label:34s} {fmt(spread(rate)):>22s}   {fmt(spread(cpu)):>22s}  {len(runs[label]) - len(ok)}")
+        med = {label: results["bulk"][label]["gbit_per_s"].get("median") for label, _, _ in BULK}
+        for label in ("fencepost", "fencepost --no-verify"):
+            if med[label] and med["quinn"] and med["kernel TCP"]:
+                print(f"  {label}: {med[label] / med['quinn']:.2f}x quinn, {med[label] / med['kernel TCP']:.2f}x kernel TCP (medians)")
+    if args.only != "bulk":
+        runs = {label: [] for label, _, _ in PINGPONG}
+        for rep in range(args.reps):
+            for label, proto, flags in PINGPONG:
+                r = one_run(proto, flags, ["--pingpong", str(args.round_trips)], timeout=120)
+                runs[label].append(r)
+                print(f"  ping-pong rep {rep + 1} {label}: {r.get('error') or '%.1f / %.1f us' % (r['client']['p50_us'], r['client']['p99_us'])}", file=sys.stderr, flush=True)
+        print(f"\nloopback ping-pong, 64-byte messages, {args.round_trips} round trips, {args.reps} repetitions (median of the runs' p50 and p99)")
+        for label, _, _ in PINGPONG:
+            ok = [r for r in runs[label] if "error" not in r]
+            p50 = spread([r["client"]["p50_us"] for r in ok])
+            p99 = spread([r["client"]["p99_us"] for r in ok])
+            results["pingpong"][label] = {"p50_us": p50, "p99_us": p99, "failed": len(runs[label]) - len(ok), "runs": runs[label]}
+            print(f"  {label:28s} p50 {p50.get('median', float('nan')):8.1f} us   p99 {p99.get('median', float('nan')):8.1f} us   failed {len(runs[label]) - len(ok)}")
+        fp, tcp = results["pingpong"]["fencepost"], results["pingpong"]["kernel TCP (TCP_NODELAY)"]
+        if fp["p50_us"] and tcp["p50_us"]:
+            print(f"  fencepost / TCP: p50 {fp['p50_us']['median'] / tcp['p50_us']['median']:.2f}x, p99 {fp['p99_us']['median'] / tcp['p99_us']['median']:.2f}x")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(results, f, indent=1)
+        print(f"\nevery run: {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,379 @@
+//! One harness, four transports: a bulk sink and sender, and a 64-byte ping-pong, for
+//! fencepost, quinn (QUIC), kernel TCP and plain UDP. Each run is one server process
+//! and one client process; each prints one JSON line with what it measured and the CPU
+//! time its own process used (user + system), so `bench/peers.sh` can add both ends.
+//!
+//! ```text
+//! peers server PROTO ADDR [--echo] [--insecure] [--cert FILE] [--no-verify]
+//! peers client PROTO ADDR (--bytes N | --pingpong N) [--insecure] [--cert FILE] [--no-verify]
+//! ```
+//! PROTO is fencepost, quinn, tcp or udp. A server serves one connection and exits.
+//! Bulk timing starts once the connection is up and ends when the sink's byte count
+//! has come back, so every transport is timed over the same span.
+
+use fencepost_net::tools::{self, Amount};
+use fencepost_net::{Endpoint, EndpointConfig};
+use fencepost_proto::TransportConfig;
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::AsyncReadExt;
+
+const CHUNK: usize = 256 * 1024;
+const PING: usize = 64;
+/// Plain UDP's datagram: what fills a 1500-byte IPv4 packet.
+const UDP_DATAGRAM: usize = 1472;
+
+struct Args {
+    role: String,
+    proto: String,
+    addr: SocketAddr,
+    bytes: Option<u64>,
+    pingpong: Option<u32>,
+    insecure: bool,
+    verify: bool,
+    /// Server: echo (ping-pong) instead of a sink; only fencepost's server needs telling.
+    echo: bool,
+    cert: Option<String>,
+}
+
+fn usage(why: &str) -> ! {
+    eprintln!("peers: {why}\nusage: peers server|client fencepost|quinn|tcp|udp ADDR [--bytes N | --pingpong N] [--echo] [--insecure] [--no-verify] [--cert FILE]");
+    std::process::exit(2);
+}
+
+fn parse_args() -> Args {
+    let mut it = std::env::args().skip(1);
+    let role = it.next().unwrap_or_else(|| usage("missing role"));
+    if role != "server" && role != "client" {
+        usage(&format!("role {role:?}: expected server or client"));
+    }
+    let proto = it.next().unwrap_or_else(|| usage("missing PROTO"));
+    if !["fencepost", "quinn", "tcp", "udp"].contains(&proto.as_str()) {
+        usage(&format!("PROTO {proto:?}: expected fencepost, quinn, tcp or udp"));
+    }
+    let addr = it.next().unwrap_or_else(|| usage("missing ADDR")).parse().unwrap_or_else(|_| usage("ADDR: expected IP:PORT"));
+    let mut a = Args { role, proto, addr, bytes: None, pingpong: None, insecure: false, verify: true, echo: false, cert: None };
+    while let Some(flag) = it.next() {
+        let mut value = |name: &str| it.next().unwrap_or_else(|| usage(&format!("{name} needs a value")));
+        match flag.as_str() {
+            "--bytes" => a.bytes = Some(value("--bytes").parse().unwrap_or_else(|_| usage("--bytes: expected a whole number of bytes"))),
+            "--pingpong" => a.pingpong = Some(value("--pingpong").parse().unwrap_or_else(|_| usage("--pingpong: expected a number of round trips"))),
+            "--cert" => a.cert = Some(value("--cert")),
+            "--insecure" => a.insecure = true,
+            "--no-verify" => a.verify = false,
+            "--echo" => a.echo = true,
+            other => usage(&format!("unknown flag {other}")),
+        }
+    }
+    if a.role == "client" && a.bytes.is_some() == a.pingpong.is_some() {
+        usage("a client needs exactly one of --bytes N or --pingpong N");
+    }
+    a
+}
+
+/// CPU seconds (user + system) this process has used so far.
+fn cpu_seconds() -> f64 {
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage fills the struct we own; RUSAGE_SELF counts every thread of the process.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+fn payload() -> Vec<u8> {
+    // Incompressible-looking bytes; nothing on the path compresses, but no transport gets zeros.
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    (0..CHUNK)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// Round-trip times in microseconds -> (p50, p99).
+fn percentiles(mut rtts: Vec<f64>) -> (f64, f64) {
+    rtts.sort_by(|a, b| a.total_cmp(b));
+    let at = |q: f64| rtts[((rtts.len() - 1) as f64 * q).round() as usize];
+    (at(0.5), at(0.99))
+}
+
+fn report(args: &Args, fields: serde_json::Value, cpu: f64) {
+    let mut out = serde_json::json!({"role": args.role, "proto": args.proto, "cpu_s": cpu});
+    if let (Some(o), Some(f)) = (out.as_object_mut(), fields.as_object()) {
+        o.extend(f.clone());
+    }
+    println!("{out}");
+}
+
+fn bulk_fields(bytes: u64, seconds: f64) -> serde_json::Value {
+    serde_json::json!({"bytes": bytes, "seconds": seconds, "gbit_per_s": bytes as f64 * 8.0 / seconds / 1e9})
+}
+
+fn pingpong_fields(rtts: Vec<f64>) -> serde_json::Value {
+    let n = rtts.len();
+    let (p50, p99) = percentiles(rtts);
+    serde_json::json!({"round_trips": n, "p50_us": p50, "p99_us": p99})
+}
+
+fn main() {
+    let args = parse_args();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("a tokio runtime");
+    let cpu0 = cpu_seconds();
+    let fields = match args.proto.as_str() {
+        "fencepost" => rt.block_on(fencepost(&args)),
+        "quinn" => rt.block_on(quinn_peer(&args)),
+        "tcp" => tcp(&args),
+        _ => udp(&args),
+    };
+    match fields {
+        Ok(f) => report(&args, f, cpu_seconds() - cpu0),
+        Err(e) => {
+            eprintln!("peers {} {}: {e}", args.role, args.proto);
+            std::process::exit(1);
+        }
+    }
+}
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+async fn fencepost(args: &Args) -> Result<serde_json::Value> {
+    let transport = if args.insecure { TransportConfig::default().insecure() } else { TransportConfig::default() };
+    if args.role == "server" {
+        let endpoint = Endpoint::bind(args.addr, EndpointConfig::server(transport)).await?;
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        // `fencepost serve`'s own loop: a sink (count, hash unless --no-verify, receipt) or an echo.
+        tokio::spawn(tools::serve(endpoint.clone(), args.echo, args.verify, move |s| {
+            let _ = tx.send(s);
+        }));
+        let s = rx.recv().await.ok_or("the server stopped before a connection finished")?;
+        if let Some(e) = s.error {
+            return Err(e.into());
+        }
+        return Ok(if args.echo { serde_json::json!({"bytes": s.bytes}) } else { bulk_fields(s.bytes, s.duration_s) });
+    }
+    let endpoint = Endpoint::bind("127.0.0.1:0".parse()?, EndpointConfig::client(transport)).await?;
+    if let Some(bytes) = args.bytes {
+        let s = tools::send(&endpoint, args.addr, Amount::Bytes(bytes), Duration::from_secs(3600), args.verify, |_| {}).await?;
+        if !s.complete {
+            return Err(s.incomplete_reason.unwrap_or_default().into());
+        }
+        return Ok(bulk_fields(s.receiver_bytes, s.duration_s));
+    }
+    let mut conn = endpoint.connect(args.addr).await?;
+    let ping = [7u8; PING];
+    let mut pong = [0u8; PING];
+    let mut rtts = Vec::new();
+    for _ in 0..args.pingpong.unwrap_or(1) {
+        let t = Instant::now();
+        conn.write_all(&ping).await?;
+        conn.read_exact(&mut pong).await?;
+        rtts.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    conn.close().await?;
+    Ok(pingpong_fields(rtts))
+}
+
+async fn quinn_peer(args: &Args) -> Result<serde_json::Value> {
+    use rustls::pki_types::{CertificateDer, PrivatePkcs8KeyDer};
+    let cert_path = args.cert.as_deref().ok_or("quinn needs --cert FILE (the server writes it, the client reads it)")?;
+    if args.role == "server" {
+        let key = rcgen::generate_simple_self_signed(vec!["localhost".to_string()])?;
+        let der = key.cert.der().to_vec();
+        std::fs::write(cert_path, &der)?;
+        let config = quinn::ServerConfig::with_single_cert(vec![CertificateDer::from(der)], PrivatePkcs8KeyDer::from(key.signing_key.serialize_der()).into())?;
+        let endpoint = quinn::Endpoint::server(config, args.addr)?;
+        let conn = endpoint.accept().await.ok_or("endpoint closed")?.await?;
+        let (mut send, mut recv) = conn.accept_bi().await?;
+        let started = Instant::now();
+        let mut first = [0u8; 1];
+        // The first byte says what the client wants: b for bulk, p for ping-pong.
+        recv.read_exact(&mut first).await?;
+        if first[0] == b'p' {
+            let mut ping = [0u8; PING];
+            let mut n = 0u64;
+            while recv.read_exact(&mut ping).await.is_ok() {
+                send.write_all(&ping).await?;
+                n += 1;
+            }
+            send.finish()?;
+            conn.closed().await;
+            return Ok(serde_json::json!({"round_trips": n}));
+        }
+        let mut bytes = 0u64;
+        while let Some(chunk) = recv.read_chunk(usize::MAX, true).await? {
+            bytes += chunk.bytes.len() as u64;
+        }
+        send.write_all(&bytes.to_be_bytes()).await?;
+        send.finish()?;
+        let seconds = started.elapsed().as_secs_f64();
+        conn.closed().await;
+        return Ok(bulk_fields(bytes, seconds));
+    }
+    let der = std::fs::read(cert_path)?;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::from(der))?;
+    let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse()?)?;
+    endpoint.set_default_client_config(quinn::ClientConfig::with_root_certificates(Arc::new(roots))?);
+    let conn = endpoint.connect(args.addr, "localhost")?.await?;
+    let (mut send, mut recv) = conn.open_bi().await?;
+    let result = if let Some(bytes) = args.bytes {
+        let started = Instant::now();
+        let data = payload();
+        send.write_all(b"b").await?;
+        let mut left = bytes;
+        while left > 0 {
+            let n = left.min(CHUNK as u64) as usize;
+            send.write_all(&data[..n]).await?;
+            left -= n as u64;
+        }
+        send.finish()?;
+        let mut receipt = [0u8; 8];
+        recv.read_exact(&mut receipt).await?;
+        let got = u64::from_be_bytes(receipt);
+        if got != bytes {
+            return Err(format!("the quinn sink counted {got} bytes of {bytes}").into());
+        }
+        bulk_fields(got, started.elapsed().as_secs_f64())
+    } else {
+        send.write_all(b"p").await?;
+        let rtts = quinn_pingpong(&mut send, &mut recv, args.pingpong.unwrap_or(1)).await?;
+        send.finish()?;
+        pingpong_fields(rtts)
+    };
+    conn.close(0u32.into(), b"done");
+    endpoint.wait_idle().await;
+    Ok(result)
+}
+
+async fn quinn_pingpong(send: &mut quinn::SendStream, recv: &mut quinn::RecvStream, n: u32) -> Result<Vec<f64>> {
+    let ping = [7u8; PING];
+    let mut pong = [0u8; PING];
+    let mut rtts = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        let t = Instant::now();
+        send.write_all(&ping).await?;
+        recv.read_exact(&mut pong).await?;
+        rtts.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    Ok(rtts)
+}
+
+fn tcp(args: &Args) -> Result<serde_json::Value> {
+    if args.role == "server" {
+        let listener = std::net::TcpListener::bind(args.addr)?;
+        let (mut s, _) = listener.accept()?;
+        s.set_nodelay(true)?;
+        let started = Instant::now();
+        let mut first = [0u8; 1];
+        s.read_exact(&mut first)?;
+        if first[0] == b'p' {
+            let mut ping = [0u8; PING];
+            let mut n = 0u64;
+            while s.read_exact(&mut ping).is_ok() {
+                s.write_all(&ping)?;
+                n += 1;
+            }
+            return Ok(serde_json::json!({"round_trips": n}));
+        }
+        let mut buf = vec![0u8; CHUNK];
+        let mut bytes = 0u64;
+        loop {
+            match s.read(&mut buf)? {
+                0 => break,
+                n => bytes += n as u64,
+            }
+        }
+        s.write_all(&bytes.to_be_bytes())?;
+        return Ok(bulk_fields(bytes, started.elapsed().as_secs_f64()));
+    }
+    let mut s = std::net::TcpStream::connect(args.addr)?;
+    s.set_nodelay(true)?;
+    if let Some(bytes) = args.bytes {
+        let started = Instant::now();
+        let data = payload();
+        s.write_all(b"b")?;
+        let mut left = bytes;
+        while left > 0 {
+            let n = left.min(CHUNK as u64) as usize;
+            s.write_all(&data[..n])?;
+            left -= n as u64;
+        }
+        s.shutdown(std::net::Shutdown::Write)?;
+        let mut receipt = [0u8; 8];
+        s.read_exact(&mut receipt)?;
+        let got = u64::from_be_bytes(receipt);
+        if got != bytes {
+            return Err(format!("the TCP sink counted {got} bytes of {bytes}").into());
+        }
+        return Ok(bulk_fields(got, started.elapsed().as_secs_f64()));
+    }
+    s.write_all(b"p")?;
+    let ping = [7u8; PING];
+    let mut pong = [0u8; PING];
+    let mut rtts = Vec::new();
+    for _ in 0..args.pingpong.unwrap_or(1) {
+        let t = Instant::now();
+        s.write_all(&ping)?;
+        s.read_exact(&mut pong)?;
+        rtts.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    Ok(pingpong_fields(rtts))
+}
+
+/// Plain UDP: no reliability, no congestion control. Bulk: the client sends its bytes as
+/// 1472-byte datagrams as fast as the socket takes them; the sink counts what arrives
+/// until nothing has come for half a second, and its rate (first to last datagram) is
+/// UDP's ceiling on this path. Ping-pong: one datagram each way (a lost one ends the run).
+fn udp(args: &Args) -> Result<serde_json::Value> {
+    if args.role == "server" {
+        let s = std::net::UdpSocket::bind(args.addr)?;
+        let mut buf = vec![0u8; 65_536];
+        let (n, peer) = s.recv_from(&mut buf)?;
+        if buf[..n].len() == PING {
+            s.send_to(&buf[..n], peer)?;
+            s.set_read_timeout(Some(Duration::from_secs(2)))?;
+            let mut trips = 1u64;
+            while let Ok((n, peer)) = s.recv_from(&mut buf) {
+                s.send_to(&buf[..n], peer)?;
+                trips += 1;
+            }
+            return Ok(serde_json::json!({"round_trips": trips}));
+        }
+        let first = Instant::now();
+        let mut last = first;
+        let mut bytes = n as u64;
+        s.set_read_timeout(Some(Duration::from_millis(500)))?;
+        while let Ok(n) = s.recv(&mut buf) {
+            bytes += n as u64;
+            last = Instant::now();
+        }
+        return Ok(bulk_fields(bytes, (last - first).as_secs_f64().max(1e-9)));
+    }
+    let s = std::net::UdpSocket::bind("127.0.0.1:0")?;
+    s.connect(args.addr)?;
+    if let Some(bytes) = args.bytes {
+        let data = payload();
+        let started = Instant::now();
+        let mut sent = 0u64;
+        while sent < bytes {
+            sent += s.send(&data[..UDP_DATAGRAM])? as u64;
+        }
+        return Ok(bulk_fields(sent, started.elapsed().as_secs_f64()));
+    }
+    s.set_read_timeout(Some(Duration::from_secs(1)))?;
+    let ping = [7u8; PING];
+    let mut pong = [0u8; PING];
+    let mut rtts = Vec::new();
+    for _ in 0..args.pingpong.unwrap_or(1) {
+        let t = Instant::now();
+        s.send(&ping)?;
+        s.recv(&mut pong)?;
+        rtts.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    Ok(pingpong_fields(rtts))
+}
