@@ -4,6 +4,9 @@
 Bulk: one connection moves BYTES (default 1 GB) from a client process to a server
 process; the rate is bytes over the time from the connection being up to the sink's
 byte count coming back, and the CPU is both processes' user + system time per GB.
+Connections: fencepost's aggregate over 1 and over --connections (100) concurrent
+connections from one client to one server, with the retransmissions (none are
+needed: loopback loses nothing unless a socket buffer overflows).
 Ping-pong: 64-byte messages, one in flight, ROUND_TRIPS times; p50 and p99.
 Every case runs --reps times (default 3), interleaved, and prints min / median / max;
 a failed run is shown and counted, never averaged in. --json FILE writes every figure.
@@ -88,14 +91,15 @@ def main() -> int:
     ap.add_argument("--bytes", type=int, default=1_000_000_000)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--round-trips", type=int, default=10_000)
-    ap.add_argument("--only", choices=["bulk", "pingpong"], help="run one half")
+    ap.add_argument("--connections", type=int, default=100, help="concurrent connections in the many-connection case")
+    ap.add_argument("--only", choices=["bulk", "connections", "pingpong"], help="run one part")
     ap.add_argument("--json", metavar="FILE", help="write every figure here")
     args = ap.parse_args()
     print("building bench/peers (quinn, rustls; first time takes a minute) ...", file=sys.stderr, flush=True)
     subprocess.run(["cargo", "build", "--release", "--quiet", "--manifest-path", os.path.join(ROOT, "bench", "peers", "Cargo.toml")],
                    check=True, env={**os.environ, "CARGO_TARGET_DIR": TARGET})
-    results = {"bytes": args.bytes, "reps": args.reps, "round_trips": args.round_trips, "bulk": {}, "pingpong": {}}
-    if args.only != "pingpong":
+    results = {"bytes": args.bytes, "reps": args.reps, "round_trips": args.round_trips, "bulk": {}, "connections": {}, "pingpong": {}}
+    if args.only in (None, "bulk"):
         runs = {label: [] for label, _, _ in BULK}
         for rep in range(args.reps):
             for label, proto, flags in BULK:
@@ -118,7 +122,30 @@ def main() -> int:
         for label in ("fencepost", "fencepost --no-verify"):
             if med[label] and med["quinn"] and med["kernel TCP"]:
                 print(f"  {label}: {med[label] / med['quinn']:.2f}x quinn, {med[label] / med['kernel TCP']:.2f}x kernel TCP (medians)")
-    if args.only != "bulk":
+    if args.only in (None, "connections"):
+        # fencepost only: one server, one client socket, the same bytes over 1 and over N connections.
+        runs = {k: [] for k in (1, args.connections)}
+        for rep in range(args.reps):
+            for k in runs:
+                r = one_run("fencepost", ["--no-verify", "--connections", str(k)], ["--bytes", str(args.bytes)], timeout=180)
+                runs[k].append(r)
+                print(f"  connections rep {rep + 1} x{k}: {r.get('error') or '%.2f Gbit/s, %d retransmissions' % (r['client']['gbit_per_s'], r['client']['retransmissions'])}",
+                      file=sys.stderr, flush=True)
+        print(f"\nfencepost --no-verify, {args.bytes / 1e9:g} GB over 1 and over {args.connections} concurrent connections to one server, loopback (no loss)")
+        for k, rs in runs.items():
+            ok = [r for r in rs if "error" not in r]
+            rate = spread([r["client"]["gbit_per_s"] for r in ok])
+            retx = [r["client"]["retransmissions"] for r in ok]
+            timeouts = [r["client"]["retransmission_timeouts"] for r in ok]
+            spurious = [r["client"]["spurious_retransmissions"] for r in ok]
+            results["connections"][k] = {"gbit_per_s": rate, "retransmissions": retx, "retransmission_timeouts": timeouts,
+                                         "spurious_retransmissions": spurious, "failed": len(rs) - len(ok), "runs": rs}
+            print(f"  {k:4d} connection(s): aggregate {rate.get('min', float('nan')):6.2f} {rate.get('median', float('nan')):6.2f} {rate.get('max', float('nan')):6.2f} Gbit/s"
+                  f"  retransmissions {retx} (timeouts {timeouts}, found spurious {spurious})  failed {len(rs) - len(ok)}")
+        one, many = results["connections"][1]["gbit_per_s"], results["connections"][args.connections]["gbit_per_s"]
+        if one and many:
+            print(f"  aggregate over {args.connections} / one connection = {many['median'] / one['median']:.2f} (medians)")
+    if args.only in (None, "pingpong"):
         runs = {label: [] for label, _, _ in PINGPONG}
         for rep in range(args.reps):
             for label, proto, flags in PINGPONG:

@@ -6,6 +6,7 @@
 //! ```text
 //! peers server PROTO ADDR [--echo] [--insecure] [--cert FILE] [--no-verify]
 //! peers client PROTO ADDR (--bytes N | --pingpong N) [--insecure] [--cert FILE] [--no-verify]
+//! peers server|client fencepost ADDR --connections K ...   (K concurrent connections)
 //! ```
 //! PROTO is fencepost, quinn, tcp or udp. A server serves one connection and exits.
 //! Bulk timing starts once the connection is up and ends when the sink's byte count
@@ -35,6 +36,8 @@ struct Args {
     verify: bool,
     /// Server: echo (ping-pong) instead of a sink; only fencepost's server needs telling.
     echo: bool,
+    /// fencepost: concurrent connections (client: the bytes are split among them; server: serve this many, then exit).
+    connections: usize,
     cert: Option<String>,
 }
 
@@ -54,7 +57,7 @@ fn parse_args() -> Args {
         usage(&format!("PROTO {proto:?}: expected fencepost, quinn, tcp or udp"));
     }
     let addr = it.next().unwrap_or_else(|| usage("missing ADDR")).parse().unwrap_or_else(|_| usage("ADDR: expected IP:PORT"));
-    let mut a = Args { role, proto, addr, bytes: None, pingpong: None, insecure: false, verify: true, echo: false, cert: None };
+    let mut a = Args { role, proto, addr, bytes: None, pingpong: None, insecure: false, verify: true, echo: false, connections: 1, cert: None };
     while let Some(flag) = it.next() {
         let mut value = |name: &str| it.next().unwrap_or_else(|| usage(&format!("{name} needs a value")));
         match flag.as_str() {
@@ -64,6 +67,9 @@ fn parse_args() -> Args {
             "--insecure" => a.insecure = true,
             "--no-verify" => a.verify = false,
             "--echo" => a.echo = true,
+            "--connections" => {
+                a.connections = value("--connections").parse().ok().filter(|&n| n >= 1).unwrap_or_else(|| usage("--connections: expected a whole number, at least 1"))
+            }
             other => usage(&format!("unknown flag {other}")),
         }
     }
@@ -150,19 +156,59 @@ async fn fencepost(args: &Args) -> Result<serde_json::Value> {
         tokio::spawn(tools::serve(endpoint.clone(), args.echo, args.verify, move |s| {
             let _ = tx.send(s);
         }));
-        let s = rx.recv().await.ok_or("the server stopped before a connection finished")?;
-        if let Some(e) = s.error {
-            return Err(e.into());
+        let (mut bytes, mut longest, mut retransmissions, mut duplicates, mut dropped) = (0u64, 0f64, 0u64, 0u64, 0u64);
+        for _ in 0..args.connections {
+            let s = rx.recv().await.ok_or("the server stopped before a connection finished")?;
+            if let Some(e) = s.error {
+                return Err(e.into());
+            }
+            bytes += s.bytes;
+            longest = longest.max(s.duration_s);
+            retransmissions += s.retransmissions;
+            duplicates += s.duplicate_packets_received;
+            dropped += s.packets_dropped_for_room;
         }
-        return Ok(if args.echo { serde_json::json!({"bytes": s.bytes}) } else { bulk_fields(s.bytes, s.duration_s) });
+        let mut fields = if args.echo { serde_json::json!({"bytes": bytes}) } else { bulk_fields(bytes, longest) };
+        fields["retransmissions"] = retransmissions.into();
+        fields["duplicate_packets_received"] = duplicates.into();
+        fields["packets_dropped_for_room"] = dropped.into();
+        return Ok(fields);
     }
     let endpoint = Endpoint::bind("127.0.0.1:0".parse()?, EndpointConfig::client(transport)).await?;
     if let Some(bytes) = args.bytes {
-        let s = tools::send(&endpoint, args.addr, Amount::Bytes(bytes), Duration::from_secs(3600), args.verify, |_| {}).await?;
-        if !s.complete {
-            return Err(s.incomplete_reason.unwrap_or_default().into());
+        // Every connection from one client socket, all at once; the aggregate is the bytes
+        // over the time from the first connect to the last receipt.
+        let share = bytes / args.connections as u64;
+        let started = Instant::now();
+        let mut sends = tokio::task::JoinSet::new();
+        for _ in 0..args.connections {
+            let (endpoint, addr, verify) = (endpoint.clone(), args.addr, args.verify);
+            sends.spawn(async move { tools::send(&endpoint, addr, Amount::Bytes(share), Duration::from_secs(3600), verify, |_| {}).await });
         }
-        return Ok(bulk_fields(s.receiver_bytes, s.duration_s));
+        let (mut delivered, mut retransmissions, mut one_connection_s) = (0u64, 0u64, 0f64);
+        let (mut lost, mut spurious, mut timeouts) = (0u64, 0u64, 0u64);
+        while let Some(done) = sends.join_next().await {
+            let s = done??;
+            if !s.complete {
+                return Err(s.incomplete_reason.unwrap_or_default().into());
+            }
+            delivered += s.receiver_bytes;
+            retransmissions += s.retransmissions;
+            lost += s.packets_lost;
+            spurious += s.spurious_retransmissions;
+            timeouts += s.retransmission_timeouts;
+            one_connection_s = s.duration_s;
+        }
+        // One connection is timed like the other transports (from the handshake's end);
+        // many, from the first connect, handshakes included (which only counts against them).
+        let seconds = if args.connections == 1 { one_connection_s } else { started.elapsed().as_secs_f64() };
+        let mut fields = bulk_fields(delivered, seconds);
+        fields["retransmissions"] = retransmissions.into();
+        fields["connections"] = args.connections.into();
+        fields["packets_lost"] = lost.into();
+        fields["spurious_retransmissions"] = spurious.into();
+        fields["retransmission_timeouts"] = timeouts.into();
+        return Ok(fields);
     }
     let mut conn = endpoint.connect(args.addr).await?;
     let ping = [7u8; PING];

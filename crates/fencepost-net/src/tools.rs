@@ -37,6 +37,10 @@ pub struct ServedConnection {
     pub packets_sent: u64,
     pub packets_received: u64,
     pub retransmissions: u64,
+    /// Data packets that arrived twice, and those dropped for want of room (beyond the
+    /// receive window or the endpoint's buffer budget).
+    pub duplicate_packets_received: u64,
+    pub packets_dropped_for_room: u64,
     pub error: Option<String>,
     /// Bytes read by each multiple of [`SERIES_INTERVAL`] after the connection was accepted
     /// (so a timed run's goodput can be taken over the sender's time alone).
@@ -124,6 +128,8 @@ async fn serve_one(mut conn: Connection, echo: bool, verify: bool) -> ServedConn
         packets_sent: stats.packets_sent,
         packets_received: stats.packets_received,
         retransmissions: stats.retransmissions,
+        duplicate_packets_received: stats.duplicate_packets_received,
+        packets_dropped_for_room: stats.beyond_window_packets + stats.over_budget_packets,
         error: result.err().map(|e| e.to_string()),
         delivered_series: series,
         last_byte_s,
@@ -174,6 +180,11 @@ pub struct SendSummary {
     pub packets_sent: u64,
     pub data_packets_sent: u64,
     pub retransmissions: u64,
+    /// Packets declared lost, those later found to have arrived after all, and timeouts:
+    /// on a loss-free path, retransmissions with these show a sender that gave up too soon.
+    pub packets_lost: u64,
+    pub spurious_retransmissions: u64,
+    pub retransmission_timeouts: u64,
     pub acks_received: u64,
     pub rtt_ms: f64,
     /// When `send` began connecting, in seconds since the Unix epoch.
@@ -310,6 +321,9 @@ pub async fn send(
         packets_sent: stats.packets_sent,
         data_packets_sent: stats.data_packets_sent,
         retransmissions: stats.retransmissions,
+        packets_lost: stats.packets_lost,
+        spurious_retransmissions: stats.spurious_retransmissions,
+        retransmission_timeouts: stats.retransmission_timeouts,
         acks_received: stats.acks_received,
         rtt_ms: srtt.as_secs_f64() * 1e3,
         connect_started_unix,
