@@ -50,6 +50,7 @@ bench: build
 	$(VPY) bench/sweep_speedup.py
 	$(VPY) bench/python_controller.py
 	bash bench/loopback.sh
+	$(VPY) bench/peers.py
 	bash bench/connections.sh
 
 clean:
