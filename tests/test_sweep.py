@@ -162,3 +162,50 @@ def test_many_flow_runs_carry_each_flows_figures():
     # One-flow runs have no per-flow columns.
     single = run_sweep(Experiment(grid={"loss": ["1%"]}, fixed={"bytes": "50kB"}, trials=1), progress=False)
     assert not any(k.startswith("flow1_") for k in single.rows[0])
+
+
+def test_progress_is_a_tqdm_bar_in_a_terminal_and_timed_lines_in_a_log():
+    import io
+
+    from fencepost.sweep import Progress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    term = Terminal()
+    bar = Progress(4, "runs", stream=term)
+    for _ in range(4):
+        bar.advance()
+    bar.close()
+    assert bar.bar is not None and "4/4" in term.getvalue() and "runs: 100%" in term.getvalue()
+
+    log = io.StringIO()
+    lines = Progress(4, "runs", stream=log)
+    for _ in range(4):
+        lines.advance()
+    lines.close()
+    # The first run's line, then the last's (the 5 s spacing holds the rest back).
+    written = log.getvalue().splitlines()
+    assert lines.bar is None and len(written) == 2
+    assert written[0].startswith("[#######") and " 1/4 runs " in written[0]
+    assert written[1].startswith("[" + "#" * 28 + "] 4/4 runs 100%")
+
+    quiet = Terminal()
+    off = Progress(4, "runs", stream=quiet, enabled=False)
+    off.advance()
+    off.close()
+    assert quiet.getvalue() == ""
+
+
+def test_conditions_with_units_get_numeric_columns(tmp_path):
+    from fencepost.sweep import numeric_value, sweep
+
+    assert numeric_value("loss", "10%") == 0.1 and numeric_value("rate", "20mbit") == 20e6
+    assert numeric_value("delay", "20ms") == 0.02 and numeric_value("bytes", "1MB") == 1e6
+    assert numeric_value("cc", "cubic") is None and numeric_value("loss-model", "gilbert:p=1%,r=10%") is None
+    df = sweep({"loss": ["20%", "5%"], "cc": ["cubic"]}, trials=1, fixed={"bytes": "50kB", "rate": "10mbit"}, out=tmp_path, progress=False)
+    summary = df.attrs["summary"]
+    assert list(summary.columns[:3]) == ["loss", "cc", "loss_value"]
+    assert sorted(summary["loss_value"]) == [0.05, 0.2]
+    assert "loss_value" in (tmp_path / "summary.csv").read_text().splitlines()[0]

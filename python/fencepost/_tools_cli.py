@@ -43,8 +43,41 @@ def _bytes(n: float) -> str:
     return f"{n:7.0f} Bytes"
 
 
+# iperf3's notation, for its short flags: seconds as bare numbers, K/M/G sizes in binary
+# units (-n), K/M/G rates in bits per second (-b).
+def _iperf_seconds(text: str) -> str:
+    return f"{text}s" if text.replace(".", "", 1).isdigit() else text
+
+
+def _iperf_bytes(text: str) -> str:
+    if text[-1:] in "KMGTkmgt" and text[:-1].replace(".", "", 1).isdigit():
+        return text[:-1] + text[-1].upper() + "iB"
+    return text
+
+
+def _iperf_rate(text: str) -> str:
+    if text[-1:] in "KMGkmg" and text[:-1].replace(".", "", 1).isdigit():
+        return text[:-1] + text[-1].lower() + "bit"
+    return f"{text}bit" if text.replace(".", "", 1).isdigit() else text
+
+
+def send_target(args: argparse.Namespace) -> tuple[str, int]:
+    """HOST:PORT, or iperf3's -c HOST [-p PORT]."""
+    if args.target and args.client:
+        raise OptionError("client", "give the server either as HOST:PORT or with -c HOST [-p PORT], not both")
+    if args.target:
+        if args.port is not None:
+            raise OptionError("port", "-p goes with -c HOST; HOST:PORT already names the port")
+        return host_port(args.target, "target")
+    if args.client:
+        return args.client.strip("[]"), args.port if args.port is not None else 5201
+    raise OptionError("target", "which server? give HOST:PORT or -c HOST [-p PORT]")
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     host, port = host_port(args.listen, "listen")
+    if args.port is not None:
+        port = args.port
     try:
         server = _core.Server.start(host, port, args.echo, tool_options(args, "serve"))
     except (OSError, ValueError) as exc:
@@ -86,7 +119,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_send(args: argparse.Namespace) -> int:
-    host, port = host_port(args.target, "target")
+    host, port = send_target(args)
     options = tool_options(args, "send")
     started = time.time()
     try:
@@ -95,14 +128,19 @@ def cmd_send(args: argparse.Namespace) -> int:
         raise _translate(exc) from None
     nbytes, seconds = sender.amount()
     given = dict(options)
+    parallel = int(given.get("parallel", 1))
+    reverse = given.get("reverse", "false") == "true"
     intervals = []
     if not args.json:
         what = given["bytes"] if nbytes is not None else f"for {given['time']}"
-        print(f"Connecting to host {host}, port {port} (fencepost, sending {what})", flush=True)
+        way = "receiving from the server (reverse)" if reverse else "sending"
+        streams = f", {parallel} streams" if parallel > 1 else ""
+        print(f"Connecting to host {host}, port {port} (fencepost, {way} {what}{streams}); intervals measured at the receiver", flush=True)
         print("[ ID] Interval           Transfer     Bitrate           Retr   RTT       Cwnd", flush=True)
-    summary = None
+    summaries = None
+    pending_sum: dict = {}
     try:
-        while summary is None:
+        while summaries is None:
             try:
                 reports, final = sender.poll(0.2)
             except (OSError, ValueError) as exc:
@@ -112,59 +150,129 @@ def cmd_send(args: argparse.Namespace) -> int:
                 intervals.append(i)
                 if not args.json:
                     print(
-                        f"[  1] {i['start']:6.2f}-{i['end']:<6.2f} sec {_bytes(i['bytes'])}  {_units(i['bits_per_second'], 'bits/sec')}"
+                        f"[{i['stream']:3d}] {i['start']:6.2f}-{i['end']:<6.2f} sec {_bytes(i['bytes'])}  {_units(i['bits_per_second'], 'bits/sec')}"
                         f"  {i['retransmissions']:5d}  {i['rtt_ms']:6.2f} ms  {_bytes(i['cwnd']).strip()}",
                         flush=True,
                     )
+                    if parallel > 1:
+                        # The sum line once every stream has reported this interval.
+                        k = sum(1 for x in intervals if x["stream"] == i["stream"])
+                        pending_sum.setdefault(k, []).append(i)
+                        if len(pending_sum[k]) == parallel:
+                            group = pending_sum.pop(k)
+                            start, end = min(x["start"] for x in group), max(x["end"] for x in group)
+                            total = sum(x["bytes"] for x in group)
+                            print(f"[SUM] {start:6.2f}-{end:<6.2f} sec {_bytes(total)}  {_units(total * 8 / max(end - start, 1e-9), 'bits/sec')}"
+                                  f"  {sum(x['retransmissions'] for x in group):5d}", flush=True)
             if final is not None:
-                summary = json.loads(final)
+                summaries = json.loads(final)
     except KeyboardInterrupt:
         sender.cancel()
         print("fencepost send: interrupted", file=sys.stderr)
         return 130
-    s = summary
+    complete = all(s["complete"] for s in summaries)
     if args.json:
-        print(json.dumps(iperf_shaped(host, port, started, nbytes, seconds, intervals, s), indent=2))
-    else:
-        print("- - - - - - - - - - - - - - - - - - - - - - - - -")
-        print(f"[  1]   0.00-{s['duration_s']:<6.2f} sec {_bytes(s['bytes'])}  {_units(s['bits_per_second'], 'bits/sec')}  {s['retransmissions']:5d}   sender")
-        if s["hashes_match"]:
-            verdict = "SHA-256 match"
-        elif s["complete"]:
-            # Not hashed at one end or both (--no-verify): the count is what was checked.
-            who = "this side" if not s["sha256"] else "the sink"
-            verdict = f"byte count match (not hashed: --no-verify on {who})"
-        elif not s["receiver_sha256"]:
-            verdict = f"INCOMPLETE ({s['incomplete_reason']}; the sink acknowledged the bytes shown)"
-        else:
-            verdict = f"MISMATCH (sent {s['sha256'][:16]}..., received {s['receiver_sha256'][:16]}...)"
-        print(f"[  1]   0.00-{s['duration_s']:<6.2f} sec {_bytes(s['receiver_bytes'])}  {_units(s['receiver_bytes'] * 8 / max(s['duration_s'], 1e-9), 'bits/sec')}          receiver  {verdict}")
-        print(f"packets sent {s['packets_sent']:,} (data {s['data_packets_sent']:,}), acks received {s['acks_received']:,}, smoothed RTT {s['rtt_ms']:.3f} ms")
-    return 0 if s["complete"] else 1
+        print(json.dumps(iperf_shaped(host, port, started, nbytes, seconds, reverse, intervals, summaries), indent=2))
+        return 0 if complete else 1
+    print("- - - - - - - - - - - - - - - - - - - - - - - - -")
+    for s in summaries:
+        retr = "    -" if s["reverse"] else f"{s['retransmissions']:5d}"
+        print(f"[{s['stream']:3d}]   0.00-{s['sender_seconds']:<6.2f} sec {_bytes(s['bytes'])}  {_units(s['bytes'] * 8 / max(s['sender_seconds'], 1e-9), 'bits/sec')}  {retr}   sender")
+        print(f"[{s['stream']:3d}]   0.00-{_receiver_seconds(s):<6.2f} sec {_bytes(s['receiver_bytes'])}  "
+              f"{_units(s['receiver_bytes'] * 8 / max(_receiver_seconds(s), 1e-9), 'bits/sec')}          receiver  {_verdict(s)}")
+    if parallel > 1:
+        sent, got = sum(s["bytes"] for s in summaries), sum(s["receiver_bytes"] for s in summaries)
+        ts, tr = max(s["sender_seconds"] for s in summaries), max(_receiver_seconds(s) for s in summaries)
+        print(f"[SUM]   0.00-{ts:<6.2f} sec {_bytes(sent)}  {_units(sent * 8 / max(ts, 1e-9), 'bits/sec')}  {sum(s['retransmissions'] for s in summaries):5d}   sender")
+        print(f"[SUM]   0.00-{tr:<6.2f} sec {_bytes(got)}  {_units(got * 8 / max(tr, 1e-9), 'bits/sec')}          receiver  "
+              f"{'all streams complete' if complete else 'NOT ALL STREAMS COMPLETE'}")
+    for s in summaries:
+        print(f"[{s['stream']:3d}] packets sent {s['packets_sent']:,} (data {s['data_packets_sent']:,}), acks received {s['acks_received']:,}, smoothed RTT {s['rtt_ms']:.3f} ms")
+    return 0 if complete else 1
 
 
-def iperf_shaped(host: str, port: int, started: float, nbytes, seconds, intervals: list, s: dict) -> dict:
-    """The run as iperf3 --json lays it out (start, intervals, end), with fencepost's own fields added."""
-    def stream(i: dict) -> dict:
-        seconds_ = i["end"] - i["start"]
-        return {"socket": 1, "start": i["start"], "end": i["end"], "seconds": seconds_, "bytes": i["bytes"],
-                "bits_per_second": i["bits_per_second"], "retransmits": i["retransmissions"],
-                "snd_cwnd": i["cwnd"], "rtt": int(i["rtt_ms"] * 1000), "bytes_in_flight": i["bytes_in_flight"]}
+def _receiver_seconds(s: dict) -> float:
+    # A transfer that arrived in one read has no span of its own: its stream's time stands in.
+    return s["receiver_seconds"] if s["receiver_seconds"] > 0 else s["duration_s"]
 
+
+def _verdict(s: dict) -> str:
+    if s["hashes_match"]:
+        return "SHA-256 match"
+    if s["complete"]:
+        # Not hashed at one end or both (--no-verify): the count is what was checked.
+        who = "this side" if not s["sha256"] else "the sink"
+        return f"byte count match (not hashed: --no-verify on {who})"
+    if not s["receiver_sha256"]:
+        return f"INCOMPLETE ({s['incomplete_reason']}; the sink acknowledged the bytes shown)"
+    return f"MISMATCH (sent {s['sha256'][:16]}..., received {s['receiver_sha256'][:16]}...)"
+
+
+def iperf_shaped(host: str, port: int, started: float, nbytes, seconds, reverse: bool, intervals: list, summaries: list) -> dict:
+    """The run as iperf3 --json lays it out (start, intervals, end with streams, sum_sent and
+    sum_received), with fencepost's own fields under end.fencepost. Intervals are the
+    receiver's measurements (the sink's reports, or this side's in reverse)."""
+    def interval_entry(i: dict) -> dict:
+        return {"socket": i["stream"], "start": i["start"], "end": i["end"], "seconds": i["end"] - i["start"], "bytes": i["bytes"],
+                "bits_per_second": i["bits_per_second"], "retransmits": i["retransmissions"], "snd_cwnd": i["cwnd"],
+                "rtt": int(i["rtt_ms"] * 1000), "bytes_in_flight": i["bytes_in_flight"], "omitted": False, "sender": False}
+
+    def total(entries: list, sender: bool) -> dict:
+        start, end = min(e["start"] for e in entries), max(e["end"] for e in entries)
+        nbytes_ = sum(e["bytes"] for e in entries)
+        out = {"start": start, "end": end, "seconds": end - start, "bytes": nbytes_, "bits_per_second": nbytes_ * 8 / max(end - start, 1e-9),
+               "omitted": False, "sender": sender}
+        if all("retransmits" in e for e in entries):
+            out["retransmits"] = sum(e["retransmits"] for e in entries)
+        return out
+
+    per_stream: dict = {}
+    for i in intervals:
+        per_stream.setdefault(i["stream"], []).append(interval_entry(i))
+    rounds = max((len(v) for v in per_stream.values()), default=0)
+    shaped_intervals = []
+    for k in range(rounds):
+        entries = [v[k] for _, v in sorted(per_stream.items()) if k < len(v)]
+        shaped_intervals.append({"streams": entries, "sum": total(entries, False)})
+    streams, sent_entries, received_entries = [], [], []
+    for s in summaries:
+        sender = {"socket": s["stream"], "start": 0, "end": s["sender_seconds"], "seconds": s["sender_seconds"], "bytes": s["bytes"],
+                  "bits_per_second": s["bytes"] * 8 / max(s["sender_seconds"], 1e-9), "sender": True}
+        if not s["reverse"]:
+            sender["retransmits"] = s["retransmissions"]
+        rs = _receiver_seconds(s)
+        receiver = {"socket": s["stream"], "start": 0, "end": rs, "seconds": rs, "bytes": s["receiver_bytes"],
+                    "bits_per_second": s["receiver_bytes"] * 8 / max(rs, 1e-9), "sender": False}
+        streams.append({"sender": sender, "receiver": receiver})
+        sent_entries.append(sender)
+        received_entries.append(receiver)
+    first = summaries[0]
+    fencepost = {
+        "sha256": first["sha256"], "receiver_sha256": first["receiver_sha256"],
+        "hashes_match": all(s["hashes_match"] for s in summaries), "verified": all(s["verified"] for s in summaries),
+        "complete": all(s["complete"] for s in summaries),
+        "incomplete_reason": next((f"stream {s['stream']}: {s['incomplete_reason']}" if len(summaries) > 1 else s["incomplete_reason"]
+                                   for s in summaries if not s["complete"]), None),
+        "packets_sent": sum(s["packets_sent"] for s in summaries), "data_packets_sent": sum(s["data_packets_sent"] for s in summaries),
+        "acks_received": sum(s["acks_received"] for s in summaries), "rtt_ms": first["rtt_ms"],
+        "connect_started_unix": min(s["connect_started_unix"] for s in summaries),
+        "streams": summaries,
+    }
     return {
         "start": {
-            "connected": [{"socket": 1, "remote_host": host, "remote_port": port}],
+            "connected": [{"socket": s["stream"], "remote_host": host, "remote_port": port} for s in summaries],
             "version": f"fencepost {_core.__version__}",
             "timestamp": {"timesecs": int(started), "time": time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(started))},
-            "test_start": {"protocol": "fencepost", "num_streams": 1, "bytes": nbytes or 0, "duration": seconds or 0},
+            "connecting_to": {"host": host, "port": port},
+            "test_start": {"protocol": "fencepost", "num_streams": len(summaries), "bytes": nbytes or 0, "duration": seconds or 0,
+                           "reverse": int(reverse)},
         },
-        "intervals": [{"streams": [stream(i)], "sum": {k: v for k, v in stream(i).items() if k not in ("socket", "snd_cwnd", "rtt", "bytes_in_flight")}} for i in intervals],
+        "intervals": shaped_intervals,
         "end": {
-            "sum_sent": {"start": 0, "end": s["duration_s"], "seconds": s["duration_s"], "bytes": s["bytes"],
-                         "bits_per_second": s["bits_per_second"], "retransmits": s["retransmissions"]},
-            "sum_received": {"start": 0, "end": s["duration_s"], "seconds": s["duration_s"], "bytes": s["receiver_bytes"],
-                             "bits_per_second": s["receiver_bytes"] * 8 / max(s["duration_s"], 1e-9)},
-            "fencepost": {k: s[k] for k in ("sha256", "receiver_sha256", "hashes_match", "verified", "complete", "incomplete_reason", "packets_sent", "data_packets_sent", "acks_received", "rtt_ms", "connect_started_unix")},
+            "streams": streams,
+            "sum_sent": total(sent_entries, True),
+            "sum_received": total(received_entries, False),
+            "fencepost": fencepost,
         },
     }
 
@@ -272,15 +380,28 @@ def add_parsers(subparsers) -> None:
     p = subparsers.add_parser("serve", help="accept fencepost connections: a sink (default) or an echo",
                               description="Accept fencepost connections. As a sink, answer each with the SHA-256 of what arrived; with --echo, send everything back.")
     p.add_argument("--listen", metavar="HOST:PORT", default="0.0.0.0:5201", help="address to listen on (default 0.0.0.0:5201)")
+    p.add_argument("-s", "--server", action="store_true", help="iperf3's server flag; serving is what this command does")
+    p.add_argument("-p", "--port", type=int, metavar="PORT", help="the port to listen on (iperf3's -p; replaces --listen's)")
     p.add_argument("--echo", action="store_true", help="echo every byte back instead of sinking it")
     p.add_argument("--json", action="store_true", help="one JSON line per finished connection, and the endpoint's counters when stopped")
     add_arguments(p, "serve")
     p.set_defaults(handler=cmd_serve)
 
     p = subparsers.add_parser("send", help="send bytes to a fencepost serve, iperf3-style",
-                              description="Send bytes to a `fencepost serve` sink, print per-interval lines and a summary, and check the receiver's SHA-256 against the sender's.")
-    p.add_argument("target", metavar="HOST:PORT")
-    p.add_argument("--json", action="store_true", help="iperf3-shaped JSON (start, intervals, end)")
+                              description="Send bytes to a `fencepost serve` sink (or, with -R, from it), print per-interval lines measured at "
+                                          "the receiver and a summary, and check the receiver's SHA-256 against the sender's. iperf3's short "
+                                          "flags work as in iperf3: -c HOST -p PORT -t SECONDS -n BYTES (K/M/G binary) -i SECONDS -J -R -P N "
+                                          "-b RATE (K/M/G bits per second).")
+    p.add_argument("target", metavar="HOST:PORT", nargs="?", help="the server (or -c HOST -p PORT)")
+    p.add_argument("-c", "--client", metavar="HOST", help="the server's host (iperf3's -c)")
+    p.add_argument("-p", "--port", type=int, metavar="PORT", help="the server's port with -c (default 5201)")
+    p.add_argument("-J", "--json", action="store_true", help="iperf3-shaped JSON (start, intervals, end with streams, sum_sent, sum_received)")
+    p.add_argument("-t", dest="opt_time", type=_iperf_seconds, metavar="SECONDS", help="as --time: send for this long (iperf3's -t)")
+    p.add_argument("-n", dest="opt_bytes", type=_iperf_bytes, metavar="BYTES", help="as --bytes, with iperf3's K/M/G = 1024^n (iperf3's -n)")
+    p.add_argument("-i", dest="opt_interval", type=_iperf_seconds, metavar="SECONDS", help="as --interval (iperf3's -i)")
+    p.add_argument("-R", dest="opt_reverse", action="store_const", const="true", help="as --reverse: the server sends (iperf3's -R)")
+    p.add_argument("-P", dest="opt_parallel", metavar="N", help="as --parallel: N streams at once (iperf3's -P)")
+    p.add_argument("-b", dest="opt_bitrate", type=_iperf_rate, metavar="RATE", help="as --bitrate, with iperf3's K/M/G bits per second (iperf3's -b)")
     add_arguments(p, "send")
     p.set_defaults(handler=cmd_send)
 

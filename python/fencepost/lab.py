@@ -755,7 +755,7 @@ def lab_sweep(grid: Mapping[str, Sequence[Any]], fixed: Mapping[str, Any], trans
     another on one lab (runs in parallel would share the cores and skew each other).
     Returns (rows, summary) shaped like a simulated sweep's; with ``out``, writes
     runs.jsonl (full records), runs.csv and summary.csv there, and resumes from runs.jsonl."""
-    from .sweep import Progress, _condition_text, _write_csv, summarize
+    from .sweep import Progress, _condition_text, _write_csv, summarize, with_numeric_conditions
 
     _, pairs = parse_topology(topology)
     keys = list(grid)
@@ -807,7 +807,7 @@ def lab_sweep(grid: Mapping[str, Sequence[Any]], fixed: Mapping[str, Any], trans
         bar.close()
     rows = [done[p[0]] for p in plans if p[0] in done]
     flat = [_flatten(r) for r in rows]
-    summary = summarize(flat, ["transport", *keys])
+    summary = with_numeric_conditions(summarize(flat, ["transport", *keys]), ["transport", *keys])
     if out_dir is not None:
         _write_csv(out_dir / "runs.csv", flat)
         _write_csv(out_dir / "summary.csv", summary)

@@ -212,8 +212,18 @@ def _run_task(task: Task) -> dict:
     return {"key": task.key, "condition": task.condition, "trial": task.trial, "build": build_id(), "result": json.loads(text)}
 
 
+def _in_notebook() -> bool:
+    shell = sys.modules.get("IPython")
+    try:
+        return shell is not None and type(shell.get_ipython()).__name__ == "ZMQInteractiveShell"
+    except Exception:  # noqa: BLE001 - any IPython oddity means: not a notebook we can draw in
+        return False
+
+
 class Progress:
-    """A one-line progress bar on stderr: runs done, elapsed, ETA."""
+    """Progress of a batch of runs: a tqdm bar in a terminal or a notebook (tqdm.auto picks
+    the widget there), and where neither (a log, a pipe), a line with runs done, elapsed
+    and ETA every 5 s."""
 
     def __init__(self, total: int, label: str = "runs", stream=None, enabled: bool = True) -> None:
         self.total = max(total, 0)
@@ -224,6 +234,14 @@ class Progress:
         self.tty = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
         self.started = time.monotonic()
         self.last_line = 0.0
+        self.bar = None
+        if enabled and (self.tty or _in_notebook()):
+            try:
+                from tqdm.auto import tqdm
+            except ImportError:
+                tqdm = None
+            if tqdm is not None:
+                self.bar = tqdm(total=self.total, desc=label, unit="run", file=self.stream if self.tty else None, dynamic_ncols=True)
 
     @staticmethod
     def _clock(seconds: float) -> str:
@@ -241,6 +259,9 @@ class Progress:
 
     def advance(self, n: int = 1) -> None:
         self.done += n
+        if self.bar is not None:
+            self.bar.update(n)
+            return
         if not self.enabled:
             return
         now = time.monotonic()
@@ -253,6 +274,9 @@ class Progress:
             self.stream.flush()
 
     def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            return
         if self.enabled and self.tty:
             self.stream.write("\n")
             self.stream.flush()
@@ -314,6 +338,52 @@ def summarize(rows: Sequence[Mapping[str, Any]], condition_keys: Sequence[str], 
             summary[f"{metric}_std"] = std
             summary[f"{metric}_ci95"] = ci
         out.append(summary)
+    return out
+
+
+def numeric_value(name: str, value: Any) -> Optional[float]:
+    """A condition's value as a number in the option's base unit (a fraction for a
+    probability, bit/s for a rate, seconds for a duration, bytes for a size), or None
+    when it has no single number (a controller, a model with parameters)."""
+    from ._options import _kinds
+
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    text = str(value).strip()
+    kind = _kinds().get(name)
+    try:
+        if kind == "probability":
+            return float(text[:-1]) / 100 if text.endswith("%") else float(text)
+        if kind == "rate":
+            return float(_core.parse_unit("rate", name, text))
+        if kind == "duration":
+            return _core.parse_unit("duration", name, text) / 1e6
+        if kind == "size":
+            return float(_core.parse_unit("size", name, text))
+        if kind == "count":
+            return float(int(text))
+    except (ValueError, TypeError):
+        return None
+    return None
+
+
+def with_numeric_conditions(summary: list[dict], condition_keys: Sequence[str]) -> list[dict]:
+    """Adds ``<condition>_value`` beside each condition whose every value is a number
+    in its unit (``loss`` 10% -> ``loss_value`` 0.1), so tables sort and plot by it."""
+    numeric = []
+    for key in condition_keys:
+        values = [numeric_value(key, row[key]) for row in summary]
+        if summary and all(v is not None for v in values):
+            numeric.append((key, values))
+    out = []
+    for i, row in enumerate(summary):
+        ordered = {k: row[k] for k in condition_keys}
+        for key, values in numeric:
+            ordered[f"{key}_value"] = values[i]
+        ordered.update((k, v) for k, v in row.items() if k not in ordered)
+        out.append(ordered)
     return out
 
 
@@ -460,7 +530,7 @@ def run_sweep(
     order = {t.key: i for i, t in enumerate(tasks)}
     rows = [_flatten(done[k]) for k in sorted(done, key=order.__getitem__)]
     condition_keys = [_option_name(k) for k in experiment.grid]
-    summary = summarize(rows, condition_keys)
+    summary = with_numeric_conditions(summarize(rows, condition_keys), condition_keys)
     if out_dir is not None:
         _write_csv(out_dir / "runs.csv", rows)
         _write_csv(out_dir / "summary.csv", summary)
@@ -481,12 +551,14 @@ def sweep(
     seed: int = 1,
     workers: Optional[int] = None,
     out: Union[str, Path, None] = None,
-    progress: bool = False,
+    progress: bool = True,
     executor: Optional[concurrent.futures.Executor] = None,
 ):
     """Runs a grid of simulated scenarios and returns a pandas DataFrame with one
     row per run (condition columns, ``trial``, then the result's fields). The
     per-condition summary is in ``df.attrs["summary"]`` (also a DataFrame).
+    ``progress``: a tqdm bar in a terminal or notebook, a line every 5 s elsewhere
+    (``False``: silent).
     ``executor``: run on any ``concurrent.futures`` executor instead of a local
     pool, e.g. a Dask cluster's (``distributed.Client(address).get_executor()``).
 

@@ -1,6 +1,6 @@
-//! The endpoint's driver task: socket in, core, socket out, timers, wake-ups.
+//! The endpoint's driver: socket in, core, socket out, timers, wake-ups, on its own thread.
 
-use crate::{Shared, State, Waiters};
+use crate::{Shared, State, WakerSet, Waiters};
 use fencepost_proto::{DatagramEvent, Event};
 use quinn_udp::{RecvMeta, Transmit, BATCH_SIZE};
 use std::io::{self, IoSliceMut};
@@ -12,6 +12,8 @@ use tokio::io::Interest;
 const RECV_BUF: usize = 65_536;
 /// Receive batches handled before transmitting again, so a flood of input cannot starve output.
 const RECV_ROUNDS: usize = 8;
+/// Batch buffers kept for reuse between rounds.
+const SPARE_BATCHES: usize = 16;
 
 /// Datagrams for one destination, of one size (the last may be shorter), sent in one
 /// system call with generic segmentation offload when there are several.
@@ -22,14 +24,47 @@ struct Batch {
     count: usize,
 }
 
-pub(crate) async fn run(shared: Arc<Shared>) {
+/// Runs the driver on a thread of its own, with a single-threaded runtime for the socket
+/// and the timers. On the application's runtime it would be one task among the
+/// application's: a hundred writers each copying megabytes into their send buffers kept
+/// it from reading acks for 50 ms and more, long enough for every sender's retransmission
+/// timer to fire on a path that lost nothing. Here the OS schedules it beside them.
+pub(crate) fn start(shared: Arc<Shared>, socket: std::net::UdpSocket) -> io::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build()?;
+    let name = format!("fencepost-driver {}", shared.local_addr);
+    std::thread::Builder::new().name(name).spawn(move || {
+        runtime.block_on(async move {
+            match tokio::net::UdpSocket::from_std(socket) {
+                Ok(socket) => run(shared, socket).await,
+                Err(e) => stop(&shared, format!("socket error: {e}")),
+            }
+        })
+    })?;
+    Ok(())
+}
+
+async fn run(shared: Arc<Shared>, socket: tokio::net::UdpSocket) {
     let mut storage = vec![0u8; RECV_BUF * BATCH_SIZE];
     let mut metas = vec![RecvMeta::default(); BATCH_SIZE];
     let mut scratch = vec![0u8; 65_536];
     let mut batches: Vec<Batch> = Vec::new();
     let mut spare: Vec<Vec<u8>> = Vec::new();
     let max_segments = shared.udp.max_gso_segments().max(1);
+    let mut closing = WakerSet::default();
     loop {
+        // Nobody holds the endpoint or any of its connections: nothing can use it again.
+        if Arc::strong_count(&shared) == 1 {
+            return;
+        }
+        // Acks that arrived while the driver was busy go in before any timer is looked at:
+        // after a long burst of sending, the timers are due and the acks that would stop them
+        // wait in the socket. (Straight to the socket: tokio learns of new data only when the
+        // driver next waits.)
+        if let Err(e) = receive(&shared, &socket, &mut storage, &mut metas, false) {
+            stop(&shared, format!("socket error: {e}"));
+            closing.wake();
+            return;
+        }
         let deadline = {
             let mut st = shared.lock();
             if st.stopped.is_some() {
@@ -41,31 +76,42 @@ pub(crate) async fn run(shared: Arc<Shared>) {
                 add_to_batches(&mut batches, &mut spare, destination, &response, max_segments);
             }
             collect_transmits(&mut st, now, &mut scratch, &mut batches, &mut spare, max_segments);
-            dispatch(&mut st);
+            dispatch(&mut st, &mut closing);
             st.proto.poll_timeout()
         };
         for batch in batches.drain(..) {
-            if let Err(e) = send(&shared, &batch).await {
+            if let Err(e) = send(&shared, &socket, &batch).await {
                 // A datagram the kernel refuses (a vanished route, ICMP feedback) is a lost
                 // packet to the transport, which recovers; only a dead socket stops us.
                 if is_fatal(&e) {
                     stop(&shared, format!("socket error: {e}"));
+                    closing.wake();
                     return;
                 }
             }
-            spare.push(batch.data);
+            // A flood of handshakes makes a batch per source address; keep only a few buffers
+            // for later, or each would stay as large as the biggest batch it ever held.
+            if spare.len() < SPARE_BATCHES {
+                spare.push(batch.data);
+            }
         }
+        // Only now: the last ack a closed connection owed its peer is on the wire, and an
+        // application that exits as soon as `closed()` returns cannot take it with it.
+        closing.wake();
         let sleep_until = deadline.map_or_else(
-            || tokio::time::Instant::now() + std::time::Duration::from_secs(3600),
+            // With nothing scheduled, look again each second whether the endpoint was let go.
+            || tokio::time::Instant::now() + std::time::Duration::from_secs(1),
             |t| tokio::time::Instant::from_std(shared.epoch + std::time::Duration::from_micros(t.total_micros())),
         );
         tokio::select! {
-            ready = shared.socket.readable() => {
+            // Input first when several are ready, for the same reason.
+            biased;
+            ready = socket.readable() => {
                 if let Err(e) = ready {
                     stop(&shared, format!("socket error: {e}"));
                     return;
                 }
-                if let Err(e) = receive(&shared, &mut storage, &mut metas) {
+                if let Err(e) = receive(&shared, &socket, &mut storage, &mut metas, true) {
                     stop(&shared, format!("socket error: {e}"));
                     return;
                 }
@@ -91,10 +137,16 @@ fn stop(shared: &Shared, why: String) {
 }
 
 /// Drains the socket (up to a few batches) into the core.
-fn receive(shared: &Shared, storage: &mut [u8], metas: &mut [RecvMeta]) -> io::Result<()> {
+/// `via_tokio`: through tokio's readiness (which a WouldBlock resets), or straight to the
+/// socket whatever tokio believes.
+fn receive(shared: &Shared, socket: &tokio::net::UdpSocket, storage: &mut [u8], metas: &mut [RecvMeta], via_tokio: bool) -> io::Result<()> {
     for _ in 0..RECV_ROUNDS {
         let mut iovs: Vec<IoSliceMut<'_>> = storage.chunks_mut(RECV_BUF).map(IoSliceMut::new).collect();
-        let received = shared.socket.try_io(Interest::READABLE, || shared.udp.recv((&shared.socket).into(), &mut iovs, metas));
+        let received = if via_tokio {
+            socket.try_io(Interest::READABLE, || shared.udp.recv(socket.into(), &mut iovs, metas))
+        } else {
+            shared.udp.recv(socket.into(), &mut iovs, metas)
+        };
         let count = match received {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
@@ -176,7 +228,7 @@ fn add_to_batches(batches: &mut Vec<Batch>, spare: &mut Vec<Vec<u8>>, destinatio
     }
 }
 
-async fn send(shared: &Shared, batch: &Batch) -> io::Result<()> {
+async fn send(shared: &Shared, socket: &tokio::net::UdpSocket, batch: &Batch) -> io::Result<()> {
     let transmit = Transmit {
         destination: batch.destination,
         ecn: None,
@@ -185,9 +237,9 @@ async fn send(shared: &Shared, batch: &Batch) -> io::Result<()> {
         src_ip: None,
     };
     loop {
-        match shared.socket.try_io(Interest::WRITABLE, || shared.udp.try_send((&shared.socket).into(), &transmit)) {
+        match socket.try_io(Interest::WRITABLE, || shared.udp.try_send(socket.into(), &transmit)) {
             Ok(()) => return Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => shared.socket.writable().await?,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => socket.writable().await?,
             Err(e) => return Err(e),
         }
     }
@@ -195,7 +247,7 @@ async fn send(shared: &Shared, batch: &Batch) -> io::Result<()> {
 
 /// Moves the core's events to the tasks waiting on them, and forgets connections
 /// that are finished and no longer held. Only connections with news are visited.
-fn dispatch(st: &mut State) {
+fn dispatch(st: &mut State, closing: &mut WakerSet) {
     while let Some((handle, event)) = st.proto.poll_event() {
         let Some(w) = st.waiters.get_mut(&handle) else { continue };
         match event {
@@ -204,7 +256,7 @@ fn dispatch(st: &mut State) {
             Event::Writable => w.write.wake(),
             Event::Closed => {
                 w.read.wake();
-                w.closed.wake();
+                closing.take_from(&mut w.closed);
             }
             Event::ConnectionLost(_) => w.wake_all(),
         }

@@ -1,7 +1,7 @@
 //! fencepost-net: the sliding-fence transport over real UDP sockets (tokio).
 //!
 //! An [`Endpoint`] owns one UDP socket and serves many connections, told apart
-//! by connection id. A driver task moves datagrams between the socket and the
+//! by connection id. A driver, on a thread of its own, moves datagrams between the socket and the
 //! sans-IO core (batched with recvmmsg/GRO and GSO where the kernel has them,
 //! through `quinn-udp`) and runs the core's timers. [`Connection`] is a byte
 //! stream implementing `AsyncRead` and `AsyncWrite`.
@@ -27,6 +27,34 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 /// tokio's timers fire on millisecond ticks, rounded up: the pacer is told so (see
 /// `TransportConfig::timer_granularity`).
 const TIMER_GRANULARITY: fencepost_proto::Duration = fencepost_proto::Duration::from_millis(1);
+
+/// What a privileged endpoint asks for its receive queue, beyond `net.core.rmem_max`.
+/// One server receiving from a hundred senders at once gets their slow starts together:
+/// at 4 Gbit/s the default cap (8 MB counted as the kernel counts it) is 16 ms of
+/// arrivals, and what overflows it is lost before the transport sees it.
+const RECV_BUFFER_FORCED: usize = 64 << 20;
+
+/// Raises the socket's receive buffer past the system cap where the process may (root,
+/// CAP_NET_ADMIN); elsewhere the cap stands and this does nothing.
+fn force_recv_buffer(socket: &std::net::UdpSocket, bytes: usize) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let value = bytes.min(i32::MAX as usize) as libc::c_int;
+        // SAFETY: a plain setsockopt on a socket we own, with a c_int value of the right size.
+        unsafe {
+            libc::setsockopt(
+                socket.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUFFORCE,
+                (&value as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (socket, bytes);
+}
 
 /// How an endpoint is set up.
 #[derive(Clone, Debug)]
@@ -113,6 +141,14 @@ impl WakerSet {
             w.wake();
         }
     }
+    /// Moves `other`'s tasks here, to be woken later.
+    pub(crate) fn take_from(&mut self, other: &mut WakerSet) {
+        for w in other.0.drain(..) {
+            if !self.0.iter().any(|have| have.will_wake(&w)) {
+                self.0.push(w);
+            }
+        }
+    }
 }
 
 /// Who waits on a connection.
@@ -149,7 +185,6 @@ struct State {
 }
 
 struct Shared {
-    socket: tokio::net::UdpSocket,
     udp: quinn_udp::UdpSocketState,
     state: Mutex<State>,
     wake_driver: tokio::sync::Notify,
@@ -176,7 +211,7 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    /// Binds `addr` and starts the driver on the current tokio runtime.
+    /// Binds `addr` and starts the endpoint's driver on a thread of its own.
     pub async fn bind(addr: SocketAddr, config: EndpointConfig) -> Result<Endpoint, NetError> {
         let std_socket = std::net::UdpSocket::bind(addr).map_err(|source| NetError::Bind { addr, source })?;
         std_socket.set_nonblocking(true).map_err(NetError::Io)?;
@@ -184,8 +219,8 @@ impl Endpoint {
         // Bulk transfers arrive in bursts; room in the kernel queues spares drops on loopback.
         let _ = udp.set_recv_buffer_size((&std_socket).into(), 8 << 20);
         let _ = udp.set_send_buffer_size((&std_socket).into(), 8 << 20);
-        let socket = tokio::net::UdpSocket::from_std(std_socket).map_err(NetError::Io)?;
-        let local_addr = socket.local_addr().map_err(NetError::Io)?;
+        force_recv_buffer(&std_socket, RECV_BUFFER_FORCED);
+        let local_addr = std_socket.local_addr().map_err(NetError::Io)?;
         let mut transport = config.transport.clone();
         transport.timer_granularity = transport.timer_granularity.max(TIMER_GRANULARITY);
         let proto_config = ProtoEndpointConfig {
@@ -198,7 +233,6 @@ impl Endpoint {
         let mut entropy = [0u8; 32];
         getrandom::fill(&mut entropy).map_err(|e| NetError::Io(io::Error::other(format!("the OS's random source failed: {e}"))))?;
         let shared = Arc::new(Shared {
-            socket,
             udp,
             state: Mutex::new(State {
                 proto: ProtoEndpoint::with_entropy(proto_config, entropy),
@@ -213,7 +247,7 @@ impl Endpoint {
             local_addr,
             config,
         });
-        tokio::spawn(driver::run(shared.clone()));
+        driver::start(shared.clone(), std_socket).map_err(NetError::Io)?;
         Ok(Endpoint { shared })
     }
 
@@ -299,6 +333,13 @@ impl Endpoint {
     /// Live connections (including ones closing).
     pub fn connection_count(&self) -> usize {
         self.shared.lock().proto.len()
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        // The driver ends once it holds the last reference; let it look now.
+        self.shared.wake_driver.notify_one();
     }
 }
 

@@ -1,11 +1,15 @@
 //! The measuring tools behind `fencepost serve`, `fencepost send` and
 //! `fencepost echo-bench`.
 //!
-//! `send` streams bytes to a `serve` sink and finishes; the sink answers with
-//! the byte count (8 bytes, big-endian) and the SHA-256 of what it read, then
-//! finishes too, so the sender can check the stream arrived intact. A sink told
-//! not to hash (`--no-verify`) sends 32 zero bytes in place of the hash, and the
-//! sender then checks the count alone.
+//! `send` opens each connection with a session header (docs/protocol.md, *The
+//! send/serve session*): which way the bytes go, how many or for how long, and how
+//! often the receiver reports. Forward, the client streams bytes to the `serve` sink,
+//! which sends back what it measured every interval and, at the end, a receipt with
+//! its byte count, the SHA-256 of what it read and how long it took; reverse (`-R`),
+//! the sink sends and the client receives, measures and checks the bytes against the
+//! pattern both ends generate. A sink told not to hash (`--no-verify`) sends a zero
+//! hash, and the count alone is checked. A stream without the header is a plain byte
+//! stream, answered with the count and hash only (the socket API's own clients).
 
 use crate::{Connection, Endpoint, NetError};
 use rand_core::{Rng, SeedableRng};
@@ -16,20 +20,59 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// What the sink sends back: byte count and SHA-256.
+/// What a plain stream's sink sends back: byte count and SHA-256.
 const RECEIPT_LEN: usize = 8 + 32;
 /// How long a finished side waits for the other to finish before giving up.
 const CLOSE_WAIT: Duration = Duration::from_secs(10);
+/// The session header: magic, flags (bit 0: reverse), bytes (0: timed), time in
+/// microseconds (0: a byte count), report interval in microseconds.
+const SESSION_MAGIC: [u8; 4] = *b"FPS1";
+const SESSION_LEN: usize = 4 + 1 + 8 + 8 + 8;
+/// Sink to client, forward sessions: an interval report (tag, microseconds since the
+/// header arrived, bytes read so far) and the receipt (tag, bytes, SHA-256 or zeros,
+/// microseconds from the header to the last byte).
+const RECORD_INTERVAL: u8 = 1;
+const RECORD_INTERVAL_LEN: usize = 1 + 8 + 8;
+const RECORD_RECEIPT: u8 = 2;
+const RECORD_RECEIPT_LEN: usize = 1 + 8 + 32 + 8;
+/// The bytes both ends stream: a 256 kB block of this seed's random bytes, over and over.
+const PATTERN_SEED: u64 = 0x5eed;
+const PATTERN_LEN: usize = 256 * 1024;
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn pattern() -> Vec<u8> {
+    let mut chunk = vec![0u8; PATTERN_LEN];
+    Xoshiro256PlusPlus::seed_from_u64(PATTERN_SEED).fill_bytes(&mut chunk);
+    chunk
+}
+
+/// Writes all of `data` through a shared reference (a reader may hold the connection too).
+async fn send_all(conn: &Connection, mut data: &[u8]) -> std::io::Result<()> {
+    while !data.is_empty() {
+        let n = conn.send(data).await?;
+        data = &data[n..];
+    }
+    Ok(())
+}
+
+fn micros(d: Duration) -> u64 {
+    d.as_micros().min(u64::MAX as u128) as u64
+}
+
+fn be_u64(bytes: &[u8]) -> u64 {
+    u64::from_be_bytes(bytes[..8].try_into().expect("8 bytes"))
 }
 
 /// One connection's account, as the server saw it.
 #[derive(Clone, Debug, Serialize)]
 pub struct ServedConnection {
     pub remote: String,
+    /// `sink`, `source` (a reverse session: this side sent) or `echo`.
     pub mode: &'static str,
+    /// Bytes read (a sink) or written (a source).
     pub bytes: u64,
     pub duration_s: f64,
     pub goodput_bps: f64,
@@ -60,8 +103,9 @@ pub fn unix_now() -> f64 {
 pub const SERIES_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Serves every incoming connection until the endpoint stops: a sink that
-/// answers with a receipt, or (`echo`) an echo. Each connection's account goes to `report`.
-/// Without `verify` the sink counts bytes and does not hash them.
+/// answers with a receipt (or, asked to, a source), or (`echo`) an echo. Each
+/// connection's account goes to `report`. Without `verify` the sink counts bytes
+/// and does not hash them.
 pub async fn serve(endpoint: Endpoint, echo: bool, verify: bool, report: impl Fn(ServedConnection) + Send + Sync + Clone + 'static) {
     while let Some(conn) = endpoint.accept().await {
         let report = report.clone();
@@ -72,42 +116,124 @@ pub async fn serve(endpoint: Endpoint, echo: bool, verify: bool, report: impl Fn
     }
 }
 
+/// What a sink has read: count, hash, the delivery series.
+struct SinkAccount {
+    started: Instant,
+    hash: Option<Sha256>,
+    bytes: u64,
+    series: Vec<u64>,
+    last_byte_s: f64,
+}
+
+impl SinkAccount {
+    fn new(started: Instant, verify: bool) -> Self {
+        SinkAccount { started, hash: verify.then(Sha256::new), bytes: 0, series: Vec::new(), last_byte_s: 0.0 }
+    }
+
+    /// Boundaries passed while waiting for a read saw the count before it.
+    fn close_series(&mut self) {
+        let boundaries = (self.started.elapsed().as_micros() / SERIES_INTERVAL.as_micros()) as usize;
+        while self.series.len() < boundaries {
+            self.series.push(self.bytes);
+        }
+    }
+
+    fn take(&mut self, data: &[u8]) {
+        self.close_series();
+        self.bytes += data.len() as u64;
+        self.last_byte_s = self.started.elapsed().as_secs_f64();
+        if let Some(hash) = self.hash.as_mut() {
+            hash.update(data);
+        }
+    }
+
+    fn digest(&self) -> [u8; 32] {
+        self.hash.as_ref().map(|h| h.clone().finalize().into()).unwrap_or([0u8; 32])
+    }
+}
+
+/// What a `send` asked for.
+#[derive(Clone, Copy, Debug)]
+struct Session {
+    reverse: bool,
+    amount: Amount,
+    interval: Duration,
+}
+
+impl Session {
+    fn encode(&self) -> [u8; SESSION_LEN] {
+        let mut h = [0u8; SESSION_LEN];
+        h[..4].copy_from_slice(&SESSION_MAGIC);
+        h[4] = u8::from(self.reverse);
+        let (bytes, time) = match self.amount {
+            Amount::Bytes(b) => (b, 0),
+            Amount::Time(t) => (0, micros(t).max(1)),
+        };
+        h[5..13].copy_from_slice(&bytes.to_be_bytes());
+        h[13..21].copy_from_slice(&time.to_be_bytes());
+        h[21..29].copy_from_slice(&micros(self.interval).max(1).to_be_bytes());
+        h
+    }
+
+    fn decode(h: &[u8]) -> Result<Session, std::io::Error> {
+        let bad = |why: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("bad session header: {why}"));
+        if h[4] & !1 != 0 {
+            return Err(bad("unknown flags"));
+        }
+        let (bytes, time, interval) = (be_u64(&h[5..]), be_u64(&h[13..]), be_u64(&h[21..]));
+        let amount = match (bytes, time) {
+            (b, 0) if b > 0 => Amount::Bytes(b),
+            (0, t) if t > 0 => Amount::Time(Duration::from_micros(t)),
+            _ => return Err(bad("exactly one of bytes and time")),
+        };
+        // A report at least every 10 ms and at most every hour: what a client may ask a server for.
+        let interval = Duration::from_micros(interval.clamp(10_000, 3_600_000_000));
+        Ok(Session { reverse: h[4] & 1 == 1, amount, interval })
+    }
+}
+
 async fn serve_one(mut conn: Connection, echo: bool, verify: bool) -> ServedConnection {
     let started = Instant::now();
     let accepted_unix = unix_now();
     let remote = conn.remote_addr().to_string();
-    let mut hash = verify.then(Sha256::new);
-    let mut bytes = 0u64;
-    let mut buf = vec![0u8; 256 * 1024];
-    let mut series = Vec::new();
-    let mut last_byte_s = 0.0;
+    let mut sink = SinkAccount::new(started, verify);
+    let mut mode = if echo { "echo" } else { "sink" };
+    let mut sent = 0u64;
     let result: Result<(), std::io::Error> = async {
-        loop {
-            let n = conn.read(&mut buf).await?;
-            // Boundaries passed while waiting for this read saw the count before it.
-            let boundaries = (started.elapsed().as_micros() / SERIES_INTERVAL.as_micros()) as usize;
-            while series.len() < boundaries {
-                series.push(bytes);
+        let mut buf = vec![0u8; 256 * 1024];
+        if echo {
+            read_to_end_into(&mut conn, &mut sink, &mut buf, true).await?;
+        } else {
+            // The session header, or the first bytes of a plain stream.
+            let mut head = Vec::with_capacity(SESSION_LEN);
+            while head.len() < SESSION_LEN && (head.len() < 4 || head[..4] == SESSION_MAGIC) {
+                let want = if head.len() < 4 { 4 } else { SESSION_LEN } - head.len();
+                let n = conn.read(&mut buf[..want]).await?;
+                if n == 0 {
+                    break;
+                }
+                head.extend_from_slice(&buf[..n]);
             }
-            if n == 0 {
-                break;
+            if head.len() == SESSION_LEN && head[..4] == SESSION_MAGIC {
+                let session = Session::decode(&head)?;
+                if session.reverse {
+                    mode = "source";
+                    let written = write_source(&conn, session.amount, None, verify).await?;
+                    sent = written.bytes;
+                    conn.finish();
+                    // The client's side carries nothing more; its end is the end of the session.
+                    while conn.read(&mut buf).await? > 0 {}
+                } else {
+                    sink_with_reports(&conn, &mut sink, session.interval, &mut buf).await?;
+                }
+            } else {
+                sink.take(&head);
+                read_to_end_into(&mut conn, &mut sink, &mut buf, false).await?;
+                let mut receipt = [0u8; RECEIPT_LEN];
+                receipt[..8].copy_from_slice(&sink.bytes.to_be_bytes());
+                receipt[8..].copy_from_slice(&sink.digest());
+                conn.write_all(&receipt).await?;
             }
-            bytes += n as u64;
-            last_byte_s = started.elapsed().as_secs_f64();
-            if let Some(hash) = hash.as_mut() {
-                hash.update(&buf[..n]);
-            }
-            if echo {
-                conn.write_all(&buf[..n]).await?;
-            }
-        }
-        if !echo {
-            let mut receipt = [0u8; RECEIPT_LEN];
-            receipt[..8].copy_from_slice(&bytes.to_be_bytes());
-            if let Some(hash) = &hash {
-                receipt[8..].copy_from_slice(&hash.clone().finalize());
-            }
-            conn.write_all(&receipt).await?;
         }
         conn.finish();
         tokio::time::timeout(CLOSE_WAIT, conn.closed())
@@ -118,23 +244,74 @@ async fn serve_one(mut conn: Connection, echo: bool, verify: bool) -> ServedConn
     .await;
     let duration = started.elapsed().as_secs_f64();
     let stats = conn.stats();
+    let bytes = if mode == "source" { sent } else { sink.bytes };
     ServedConnection {
         remote,
-        mode: if echo { "echo" } else { "sink" },
+        mode,
         bytes,
         duration_s: duration,
         goodput_bps: if duration > 0.0 { bytes as f64 * 8.0 / duration } else { 0.0 },
-        sha256: hash.map(|h| hex(&h.finalize())).unwrap_or_default(),
+        sha256: if mode == "source" { String::new() } else { sink.hash.as_ref().map(|h| hex(&h.clone().finalize())).unwrap_or_default() },
         packets_sent: stats.packets_sent,
         packets_received: stats.packets_received,
         retransmissions: stats.retransmissions,
         duplicate_packets_received: stats.duplicate_packets_received,
         packets_dropped_for_room: stats.beyond_window_packets + stats.over_budget_packets,
         error: result.err().map(|e| e.to_string()),
-        delivered_series: series,
-        last_byte_s,
+        delivered_series: sink.series,
+        last_byte_s: sink.last_byte_s,
         accepted_unix,
     }
+}
+
+/// Reads the client's stream to its end into `sink`, sending each piece back when `echo`.
+async fn read_to_end_into(conn: &mut Connection, sink: &mut SinkAccount, buf: &mut [u8], echo: bool) -> std::io::Result<()> {
+    loop {
+        let n = conn.read(buf).await?;
+        sink.close_series();
+        if n == 0 {
+            return Ok(());
+        }
+        sink.take(&buf[..n]);
+        if echo {
+            conn.write_all(&buf[..n]).await?;
+        }
+    }
+}
+
+/// A forward session's sink: reads to the end, tells the client every `interval` how
+/// much has arrived (measured here, where it counts), then sends the receipt.
+async fn sink_with_reports(conn: &Connection, sink: &mut SinkAccount, interval: Duration, buf: &mut [u8]) -> std::io::Result<()> {
+    let header_at = Instant::now();
+    let mut next_report = tokio::time::Instant::from_std(header_at + interval);
+    let mut last_byte_at = header_at;
+    loop {
+        tokio::select! {
+            n = conn.recv(buf) => {
+                let n = n?;
+                sink.close_series();
+                if n == 0 {
+                    break;
+                }
+                sink.take(&buf[..n]);
+                last_byte_at = Instant::now();
+            }
+            _ = tokio::time::sleep_until(next_report) => {
+                let mut record = [0u8; RECORD_INTERVAL_LEN];
+                record[0] = RECORD_INTERVAL;
+                record[1..9].copy_from_slice(&micros(header_at.elapsed()).to_be_bytes());
+                record[9..17].copy_from_slice(&sink.bytes.to_be_bytes());
+                send_all(conn, &record).await?;
+                next_report += interval;
+            }
+        }
+    }
+    let mut receipt = [0u8; RECORD_RECEIPT_LEN];
+    receipt[0] = RECORD_RECEIPT;
+    receipt[1..9].copy_from_slice(&sink.bytes.to_be_bytes());
+    receipt[9..41].copy_from_slice(&sink.digest());
+    receipt[41..49].copy_from_slice(&micros(last_byte_at - header_at).to_be_bytes());
+    send_all(conn, &receipt).await
 }
 
 /// How much `send` sends.
@@ -144,9 +321,73 @@ pub enum Amount {
     Time(Duration),
 }
 
-/// One reporting interval of a `send`.
+/// What one source wrote.
+struct Written {
+    bytes: u64,
+    sha256: String,
+    seconds: f64,
+}
+
+/// Writes the pattern to `conn`: `amount` of it, at most `rate` bits per second (the
+/// application's own pacing, as iperf3's `-b`), hashing it when `verify`. A timed source
+/// stops at its time even while the window is closed.
+async fn write_source(conn: &Connection, amount: Amount, rate: Option<u64>, verify: bool) -> std::io::Result<Written> {
+    let chunk = pattern();
+    let mut hash = verify.then(Sha256::new);
+    let started = Instant::now();
+    let writing_ends = match amount {
+        Amount::Time(limit) => Some(tokio::time::Instant::from_std(started + limit)),
+        Amount::Bytes(_) => None,
+    };
+    let mut sent = 0u64;
+    let mut offset = 0usize;
+    loop {
+        let remaining = match amount {
+            Amount::Bytes(total) => total - sent,
+            Amount::Time(limit) if started.elapsed() < limit => u64::MAX,
+            Amount::Time(_) => 0,
+        };
+        if remaining == 0 {
+            break;
+        }
+        let mut n = remaining.min((chunk.len() - offset) as u64) as usize;
+        if let Some(bps) = rate {
+            // Ahead of the rate: wait until the budget covers at least a packet's worth,
+            // and write no more than 10 ms of it at once.
+            let bytes_per_s = (bps / 8).max(1);
+            let due = Duration::from_secs_f64(sent as f64 / bytes_per_s as f64);
+            let at = tokio::time::Instant::from_std(started + due);
+            let at = writing_ends.map_or(at, |end| at.min(end));
+            tokio::time::sleep_until(at).await;
+            if writing_ends.is_some_and(|end| tokio::time::Instant::now() >= end) {
+                break;
+            }
+            n = n.min((bytes_per_s / 100).max(1500) as usize);
+        }
+        let piece = &chunk[offset..offset + n];
+        // `send` takes what fits (waiting for room) and nothing if the time runs out first.
+        let written = match writing_ends {
+            Some(end) => match tokio::time::timeout_at(end, conn.send(piece)).await {
+                Ok(result) => result?,
+                Err(_) => break,
+            },
+            None => conn.send(piece).await?,
+        };
+        if let Some(hash) = hash.as_mut() {
+            hash.update(&piece[..written]);
+        }
+        sent += written as u64;
+        offset = (offset + written) % chunk.len();
+    }
+    Ok(Written { bytes: sent, sha256: hash.map(|h| hex(&h.finalize())).unwrap_or_default(), seconds: started.elapsed().as_secs_f64() })
+}
+
+/// One reporting interval of a `send` stream, measured at the receiver: the sink's
+/// reports forward, the client's own count in reverse. RTT and window are the client's.
 #[derive(Clone, Debug, Serialize)]
 pub struct Interval {
+    /// The stream (connection) it belongs to, from 1.
+    pub stream: u32,
     pub start: f64,
     pub end: f64,
     pub bytes: u64,
@@ -159,21 +400,30 @@ pub struct Interval {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct SendSummary {
+    pub stream: u32,
     pub remote: String,
+    /// The server sent and this side received (`-R`).
+    pub reverse: bool,
+    /// Bytes the sending side wrote, and over how long (forward: this side's writing time;
+    /// reverse: what arrived, the source's own figures staying on the server).
     pub bytes: u64,
+    pub sender_seconds: f64,
+    /// From the connection being up to the receipt (forward) or the last byte (reverse).
     pub duration_s: f64,
     pub bits_per_second: f64,
     pub sha256: String,
-    /// The sink's count and hash, from its receipt; without a receipt (the flush did
-    /// not finish in time), the bytes the sink acknowledged and an empty hash.
+    /// The receiver's own count, hash and time from the session's start to its last byte:
+    /// the sink's receipt forward (without one, the bytes it acknowledged and an empty
+    /// hash), this side's measurement in reverse.
     pub receiver_bytes: u64,
-    /// Empty when the sink did not hash (`serve --no-verify`) or sent no receipt.
+    /// Empty when the receiver did not hash (`--no-verify`) or sent no receipt.
     pub receiver_sha256: String,
+    pub receiver_seconds: f64,
     /// Both ends hashed the stream and the hashes agree.
     pub hashes_match: bool,
     /// Both ends hashed the stream, so `hashes_match` says something; without it only the byte count was checked.
     pub verified: bool,
-    /// Everything written arrived and the sink's receipt came back.
+    /// Everything written arrived (and, forward, the sink's receipt came back).
     pub complete: bool,
     /// Why the transfer is incomplete, when it is.
     pub incomplete_reason: Option<String>,
@@ -197,127 +447,149 @@ fn flush_grace(limit: Duration) -> Duration {
     limit.clamp(Duration::from_secs(2), CLOSE_WAIT)
 }
 
-/// Streams bytes to a `serve` sink, reporting every `interval`, and checks the sink's receipt
-/// (its SHA-256 too when `verify` and the sink hashed).
-/// A timed send is bounded as a whole: it writes until the time is up (even while the
-/// window is closed), then allows [`flush_grace`] for the rest to arrive, and reports.
+/// What `send` does, beyond where to.
+#[derive(Clone, Copy, Debug)]
+pub struct SendOptions {
+    pub amount: Amount,
+    /// How often the receiver reports.
+    pub interval: Duration,
+    /// Hash the stream end to end (the count is always checked).
+    pub verify: bool,
+    /// The server sends, this side receives (iperf3's `-R`).
+    pub reverse: bool,
+    /// Bits per second each stream writes at most (iperf3's `-b`); `None`: as fast as it goes.
+    pub bitrate: Option<u64>,
+}
+
+/// Streams bytes to a `serve` sink, reporting every `interval` what the sink measured, and
+/// checks the sink's receipt (its SHA-256 too when `verify` and the sink hashed).
 pub async fn send(
     endpoint: &Endpoint,
     target: SocketAddr,
     amount: Amount,
     interval: Duration,
     verify: bool,
+    on_interval: impl FnMut(Interval),
+) -> Result<SendSummary, NetError> {
+    let options = SendOptions { amount, interval, verify, reverse: false, bitrate: None };
+    send_stream(endpoint, target, 1, &options, on_interval).await
+}
+
+/// `streams` connections at once from one endpoint (iperf3's `-P`), each sending
+/// `amount` (a byte count is split among them). Every interval report names its stream.
+pub async fn send_parallel(
+    endpoint: &Endpoint,
+    target: SocketAddr,
+    streams: u32,
+    options: &SendOptions,
+    on_interval: impl FnMut(Interval) + Clone + Send + 'static,
+) -> Vec<Result<SendSummary, NetError>> {
+    let streams = streams.max(1);
+    let mut set = tokio::task::JoinSet::new();
+    for stream in 1..=streams {
+        let mut options = *options;
+        if let Amount::Bytes(total) = options.amount {
+            // The remainder goes to the first streams, so the total is what was asked.
+            let share = total / streams as u64 + u64::from((stream as u64) <= total % streams as u64);
+            options.amount = Amount::Bytes(share.max(1));
+        }
+        let (endpoint, on_interval) = (endpoint.clone(), on_interval.clone());
+        set.spawn(async move { (stream, send_stream(&endpoint, target, stream, &options, on_interval).await) });
+    }
+    let mut results: Vec<(u32, Result<SendSummary, NetError>)> = Vec::new();
+    while let Some(done) = set.join_next().await {
+        match done {
+            Ok(r) => results.push(r),
+            Err(e) => results.push((0, Err(NetError::Io(std::io::Error::other(format!("a stream's task failed: {e}")))))),
+        }
+    }
+    results.sort_by_key(|(stream, _)| *stream);
+    results.into_iter().map(|(_, r)| r).collect()
+}
+
+/// One stream of a `send`: see [`send`] and [`send_parallel`].
+pub async fn send_stream(
+    endpoint: &Endpoint,
+    target: SocketAddr,
+    stream: u32,
+    options: &SendOptions,
     mut on_interval: impl FnMut(Interval),
 ) -> Result<SendSummary, NetError> {
     let connect_started_unix = unix_now();
     let mut conn = endpoint.connect(target).await?;
-    // A buffer of random bytes, written over and over: cheap to produce at line rate.
-    let mut chunk = vec![0u8; 256 * 1024];
-    Xoshiro256PlusPlus::seed_from_u64(0x5eed).fill_bytes(&mut chunk);
-    let mut hash = verify.then(Sha256::new);
     let started = Instant::now();
-    let writing_ends = match amount {
-        Amount::Time(limit) => Some(tokio::time::Instant::from_std(started + limit)),
+    let io = |e: std::io::Error| NetError::Io(e);
+    let session = Session { reverse: options.reverse, amount: options.amount, interval: options.interval };
+    conn.write_all(&session.encode()).await.map_err(io)?;
+    let grace = match options.amount {
+        Amount::Time(limit) => Some(limit + flush_grace(limit)),
         Amount::Bytes(_) => None,
     };
-    let mut next_report = started + interval;
-    let mut last = (0.0f64, 0u64, 0u64); // (time, bytes, retransmissions) at the last report
-    let mut sent = 0u64;
-    let mut offset = 0usize;
-    let io = |e: std::io::Error| NetError::Io(e);
-    loop {
-        let remaining = match amount {
-            Amount::Bytes(total) => total - sent,
-            Amount::Time(limit) if started.elapsed() < limit => u64::MAX,
-            Amount::Time(_) => 0,
-        };
-        if remaining == 0 {
-            break;
-        }
-        let n = remaining.min((chunk.len() - offset) as u64) as usize;
-        let piece = &chunk[offset..offset + n];
-        // `send` takes what fits (waiting for room) and nothing if the time runs out first.
-        let written = match writing_ends {
-            Some(end) => match tokio::time::timeout_at(end, conn.send(piece)).await {
-                Ok(result) => result.map_err(io)?,
-                Err(_) => break,
-            },
-            None => conn.send(piece).await.map_err(io)?,
-        };
-        if let Some(hash) = hash.as_mut() {
-            hash.update(&piece[..written]);
-        }
-        sent += written as u64;
-        offset = (offset + written) % chunk.len();
-        let now = Instant::now();
-        if now >= next_report {
-            let t = (now - started).as_secs_f64();
-            let stats = conn.stats();
-            let (srtt, cwnd, in_flight) = conn.path();
-            on_interval(Interval {
-                start: last.0,
-                end: t,
-                bytes: sent - last.1,
-                bits_per_second: (sent - last.1) as f64 * 8.0 / (t - last.0).max(1e-9),
-                retransmissions: stats.retransmissions - last.2,
-                rtt_ms: srtt.as_secs_f64() * 1e3,
-                cwnd,
-                bytes_in_flight: in_flight,
-            });
-            last = (t, sent, stats.retransmissions);
-            next_report = now + interval;
-        }
-    }
-    let writing_s = started.elapsed().as_secs_f64();
-    conn.finish();
-    let mut receipt = Vec::with_capacity(RECEIPT_LEN);
-    let flushed = match amount {
-        Amount::Time(limit) => tokio::time::timeout(flush_grace(limit), conn.read_to_end(&mut receipt)).await.map_err(|_| flush_grace(limit)),
-        Amount::Bytes(_) => Ok(conn.read_to_end(&mut receipt).await),
+    let mut report = |conn: &Connection, start: f64, end: f64, bytes: u64, retransmissions_before: &mut u64| {
+        let stats = conn.stats();
+        let (srtt, cwnd, in_flight) = conn.path();
+        on_interval(Interval {
+            stream,
+            start,
+            end,
+            bytes,
+            bits_per_second: bytes as f64 * 8.0 / (end - start).max(1e-9),
+            retransmissions: stats.retransmissions - *retransmissions_before,
+            rtt_ms: srtt.as_secs_f64() * 1e3,
+            cwnd,
+            bytes_in_flight: in_flight,
+        });
+        *retransmissions_before = stats.retransmissions;
     };
-    let incomplete_reason = match flushed {
-        Ok(result) => {
-            result.map_err(io)?;
-            None
+    let mut retx_seen = 0u64;
+    let outcome: Result<Received, String> = if options.reverse {
+        conn.finish();
+        let receiving = receive_source(&conn, options.interval, options.verify, |start, end, bytes, c| report(c, start, end, bytes, &mut retx_seen));
+        match grace {
+            Some(g) => tokio::time::timeout(g, receiving).await.unwrap_or_else(|_| Err(format!("the source did not finish within {:.1} s", g.as_secs_f64()))),
+            None => receiving.await,
         }
-        Err(grace) => Some(format!(
-            "the time bound ended the flush: after {writing_s:.1} s of writing, {:.1} s were not enough to deliver the rest",
-            grace.as_secs_f64()
-        )),
+    } else {
+        forward(&conn, options, grace, |start, end, bytes, c| report(c, start, end, bytes, &mut retx_seen)).await
     };
     let duration = started.elapsed().as_secs_f64();
     let stats = conn.stats();
     let (srtt, ..) = conn.path();
     let acknowledged = conn.acknowledged();
-    if incomplete_reason.is_some() {
-        // Nothing more will be waited for: tell the sink instead of leaving it to time out.
-        conn.abort();
-    } else {
-        let _ = tokio::time::timeout(CLOSE_WAIT, conn.closed()).await;
-    }
-    let (receiver_bytes, receiver_sha256) = if receipt.len() == RECEIPT_LEN {
-        let hashed = receipt[8..].iter().any(|&b| b != 0);
-        (u64::from_be_bytes(receipt[..8].try_into().expect("8 bytes")), if hashed { hex(&receipt[8..]) } else { String::new() })
-    } else {
-        (acknowledged, String::new())
+    let received = match outcome {
+        Ok(r) => {
+            let _ = tokio::time::timeout(CLOSE_WAIT, conn.closed()).await;
+            r
+        }
+        Err(why) => {
+            // Nothing more will be waited for: tell the sink instead of leaving it to time out.
+            conn.abort();
+            if let Some(lost) = conn_error(&conn) {
+                return Err(lost);
+            }
+            Received { incomplete: Some(why), receiver_bytes: acknowledged, ..Received::default() }
+        }
     };
-    let sha256 = hash.map(|h| hex(&h.finalize())).unwrap_or_default();
-    let verified = !sha256.is_empty() && !receiver_sha256.is_empty();
-    let hashes_match = verified && receiver_bytes == sent && receiver_sha256 == sha256;
-    // Without both hashes, the count is all there is to check; a receipt must have come back.
-    let complete = if verified { hashes_match } else { receipt.len() == RECEIPT_LEN && receiver_bytes == sent };
+    let verified = !received.sha256.is_empty() && !received.receiver_sha256.is_empty();
+    let hashes_match = verified && received.receiver_bytes == received.sent && received.receiver_sha256 == received.sha256;
+    let complete = received.incomplete.is_none() && received.receiver_bytes == received.sent && (!verified || hashes_match);
+    let incomplete_reason = received.incomplete.clone().or_else(|| (!complete).then(|| "the receiver's count or hash does not match what was sent".to_string()));
     Ok(SendSummary {
+        stream,
         remote: target.to_string(),
-        bytes: sent,
+        reverse: options.reverse,
+        bytes: received.sent,
+        sender_seconds: received.sender_seconds,
         duration_s: duration,
-        bits_per_second: sent as f64 * 8.0 / duration.max(1e-9),
-        complete,
-        incomplete_reason: incomplete_reason.or_else(|| (!complete).then(|| "the sink's receipt does not match what was sent".to_string())),
+        bits_per_second: received.sent as f64 * 8.0 / duration.max(1e-9),
+        sha256: received.sha256,
+        receiver_bytes: received.receiver_bytes,
+        receiver_sha256: received.receiver_sha256,
+        receiver_seconds: received.receiver_seconds,
         hashes_match,
         verified,
-        sha256,
-        receiver_bytes,
-        receiver_sha256,
+        complete,
+        incomplete_reason,
         packets_sent: stats.packets_sent,
         data_packets_sent: stats.data_packets_sent,
         retransmissions: stats.retransmissions,
@@ -328,6 +600,145 @@ pub async fn send(
         rtt_ms: srtt.as_secs_f64() * 1e3,
         connect_started_unix,
     })
+}
+
+/// The connection's own error, if it ended with one (so it is reported as such, not as "incomplete").
+fn conn_error(conn: &Connection) -> Option<NetError> {
+    let st = conn.shared.lock();
+    let e = st.proto.connection(conn.handle).and_then(|c| c.error().cloned())?;
+    Some(NetError::ConnectionLost { addr: conn.remote, error: e })
+}
+
+/// Both ends' figures for one stream.
+#[derive(Default)]
+struct Received {
+    sent: u64,
+    sha256: String,
+    sender_seconds: f64,
+    receiver_bytes: u64,
+    receiver_sha256: String,
+    receiver_seconds: f64,
+    incomplete: Option<String>,
+}
+
+/// Forward: write the source while reading the sink's reports, then its receipt. A timed
+/// send is bounded as a whole: it writes until the time is up, then allows
+/// [`flush_grace`] for the rest to arrive.
+async fn forward(conn: &Connection, options: &SendOptions, grace: Option<Duration>, mut report: impl FnMut(f64, f64, u64, &Connection)) -> Result<Received, String> {
+    let writing = async {
+        let written = write_source(conn, options.amount, options.bitrate, options.verify).await;
+        conn.finish();
+        written
+    };
+    let reading = async {
+        let mut pending: Vec<u8> = Vec::new();
+        let mut buf = vec![0u8; 4096];
+        let mut last = (0.0f64, 0u64);
+        loop {
+            let n = conn.recv(&mut buf).await.map_err(|e| e.to_string())?;
+            if n == 0 {
+                return Err("the sink finished without a receipt".to_string());
+            }
+            pending.extend_from_slice(&buf[..n]);
+            while let Some(&tag) = pending.first() {
+                match tag {
+                    RECORD_INTERVAL if pending.len() >= RECORD_INTERVAL_LEN => {
+                        let (t, bytes) = (be_u64(&pending[1..]) as f64 / 1e6, be_u64(&pending[9..]));
+                        report(last.0, t, bytes.saturating_sub(last.1), conn);
+                        last = (t, bytes);
+                        pending.drain(..RECORD_INTERVAL_LEN);
+                    }
+                    RECORD_RECEIPT if pending.len() >= RECORD_RECEIPT_LEN => {
+                        let bytes = be_u64(&pending[1..]);
+                        let hash = &pending[9..41];
+                        let seconds = be_u64(&pending[41..]) as f64 / 1e6;
+                        let hashed = hash.iter().any(|&b| b != 0);
+                        return Ok((bytes, if hashed { hex(hash) } else { String::new() }, seconds));
+                    }
+                    RECORD_INTERVAL | RECORD_RECEIPT => break,
+                    other => return Err(format!("the sink sent an unknown record ({other}); is it an older fencepost serve?")),
+                }
+            }
+        }
+    };
+    tokio::pin!(reading);
+    let written = tokio::select! {
+        w = writing => w.map_err(|e| e.to_string())?,
+        r = &mut reading => return Err(r.err().unwrap_or_else(|| "the sink answered before the stream ended".to_string())),
+    };
+    let receipt = match (grace, options.amount) {
+        (Some(_), Amount::Time(limit)) => match tokio::time::timeout(flush_grace(limit), &mut reading).await {
+            Ok(r) => r,
+            Err(_) => Err(format!(
+                "the time bound ended the flush: after {:.1} s of writing, {:.1} s were not enough to deliver the rest",
+                written.seconds,
+                flush_grace(limit).as_secs_f64()
+            )),
+        },
+        _ => reading.await,
+    };
+    let (receiver_bytes, receiver_sha256, receiver_seconds) = receipt?;
+    Ok(Received {
+        sent: written.bytes,
+        sha256: written.sha256,
+        sender_seconds: written.seconds,
+        receiver_bytes,
+        receiver_sha256,
+        receiver_seconds,
+        incomplete: None,
+    })
+}
+
+/// Reverse: read the server's stream to its end, counting every `interval` and checking
+/// it against the pattern the server writes.
+async fn receive_source(
+    conn: &Connection,
+    interval: Duration,
+    verify: bool,
+    mut report: impl FnMut(f64, f64, u64, &Connection),
+) -> Result<Received, String> {
+    let chunk = pattern();
+    let mut got = Sha256::new();
+    let mut expected = Sha256::new();
+    let started = Instant::now();
+    let mut next_report = tokio::time::Instant::from_std(started + interval);
+    let mut last = (0.0f64, 0u64);
+    let mut bytes = 0u64;
+    let mut last_byte_at = started;
+    let mut buf = vec![0u8; 256 * 1024];
+    loop {
+        tokio::select! {
+            n = conn.recv(&mut buf) => {
+                let n = n.map_err(|e| e.to_string())?;
+                if n == 0 {
+                    break;
+                }
+                if verify {
+                    got.update(&buf[..n]);
+                    // The pattern's bytes at the same offsets: what the source hashed.
+                    let mut at = (bytes % PATTERN_LEN as u64) as usize;
+                    let mut left = n;
+                    while left > 0 {
+                        let take = left.min(PATTERN_LEN - at);
+                        expected.update(&chunk[at..at + take]);
+                        left -= take;
+                        at = (at + take) % PATTERN_LEN;
+                    }
+                }
+                bytes += n as u64;
+                last_byte_at = Instant::now();
+            }
+            _ = tokio::time::sleep_until(next_report) => {
+                let t = started.elapsed().as_secs_f64();
+                report(last.0, t, bytes - last.1, conn);
+                last = (t, bytes);
+                next_report += interval;
+            }
+        }
+    }
+    let (sha256, receiver_sha256) = if verify { (hex(&expected.finalize()), hex(&got.finalize())) } else { (String::new(), String::new()) };
+    let seconds = (last_byte_at - started).as_secs_f64();
+    Ok(Received { sent: bytes, sha256, sender_seconds: seconds, receiver_bytes: bytes, receiver_sha256, receiver_seconds: seconds, incomplete: None })
 }
 
 #[derive(Clone, Debug, Serialize)]

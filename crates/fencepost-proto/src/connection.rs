@@ -30,6 +30,10 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 
+/// The least a connection lets the application queue unsent (see `Connection::unsent_limit`):
+/// one write of a typical application buffer goes in whole while the window is still small.
+const UNSENT_FLOOR: u64 = 512 * 1024;
+
 /// Which end opened the connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Side {
@@ -952,6 +956,7 @@ impl Connection {
         if self.disassembler.fin_requested() {
             return Err(WriteError::Finished);
         }
+        self.disassembler.set_unsent_limit(self.unsent_limit());
         let n = self.disassembler.write(data);
         self.stats.bytes_written += n as u64;
         if n < data.len() {
@@ -1358,11 +1363,28 @@ impl Connection {
         if newly_acked > 0 {
             self.trace_metrics(now);
         }
+        self.disassembler.set_unsent_limit(self.unsent_limit());
         if self.write_blocked && self.send_capacity() > 0 {
             self.write_blocked = false;
             self.events.push_back(Event::Writable);
         }
         self.check_closed(now);
+    }
+
+    /// How many written bytes may wait unsent, beyond what is in flight: two sending windows,
+    /// at least [`UNSENT_FLOOR`] bytes and 64 packets. What the path cannot take within a round trip or two gains
+    /// nothing by being buffered here; a writer that fills a 16 MB buffer per connection
+    /// would make a hundred bulk connections touch 1.6 GB (TCP's notsent_lowat, in effect).
+    /// Acks, which come at least once per window, reopen it. The seed's send loop keeps
+    /// the whole buffer, as the article's protocol did.
+    fn unsent_limit(&self) -> usize {
+        match self.config.send_policy {
+            SendPolicy::Continuous => {
+                let floor = (64 * self.config.max_datagram() as u64).max(UNSENT_FLOOR);
+                usize::try_from((2 * self.sending_window()).max(floor)).unwrap_or(usize::MAX)
+            }
+            SendPolicy::Tick { .. } => usize::MAX,
+        }
     }
 
     /// `window` recovery knows only the cumulative ack: three duplicates resend the

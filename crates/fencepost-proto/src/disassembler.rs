@@ -97,6 +97,8 @@ pub struct Disassembler {
     write_ends: VecDeque<u64>,
     packet_per_write: bool,
     capacity: usize,
+    /// At most this many written bytes may wait unsent (no limit unless the connection sets one).
+    unsent_limit: usize,
     fin_requested: bool,
     fin_seq: Option<u64>,
     /// `segments[i]` is sequence `seg_base + i`; the front is never acknowledged.
@@ -132,6 +134,7 @@ impl Disassembler {
             write_ends: VecDeque::new(),
             packet_per_write,
             capacity,
+            unsent_limit: usize::MAX,
             fin_requested: false,
             fin_seq: None,
             segments: VecDeque::new(),
@@ -176,9 +179,16 @@ impl Disassembler {
     pub fn unsent_bytes(&self) -> u64 {
         self.stream_base + self.stream.len() as u64 - self.segmented_upto
     }
-    /// Room left in the send buffer.
+    /// Room left in the send buffer: its capacity, and at most the unsent limit less what is unsent.
     pub fn free_space(&self) -> usize {
-        self.capacity.saturating_sub(self.stream.len())
+        let unsent = usize::try_from(self.unsent_bytes()).unwrap_or(usize::MAX);
+        self.capacity.saturating_sub(self.stream.len()).min(self.unsent_limit.saturating_sub(unsent))
+    }
+
+    /// Bytes written and not yet sent that the buffer takes (the rest of the capacity
+    /// holds what is in flight). See `Connection::unsent_limit`.
+    pub fn set_unsent_limit(&mut self, bytes: usize) {
+        self.unsent_limit = bytes;
     }
     /// Something new (data or the FIN) is waiting to be sent.
     pub fn has_new(&self) -> bool {

@@ -500,7 +500,7 @@ pub struct PySender {
     /// What it was asked to send: (bytes, seconds), one of them set.
     amount: (Option<u64>, Option<f64>),
     intervals: Mutex<mpsc::Receiver<String>>,
-    done: Mutex<Option<tokio::task::JoinHandle<Result<tools::SendSummary, NetError>>>>,
+    done: Mutex<Option<tokio::task::JoinHandle<Vec<Result<tools::SendSummary, NetError>>>>>,
 }
 
 #[pymethods]
@@ -517,21 +517,22 @@ impl PySender {
             None => unreachable!("send's options always carry an amount"),
         };
         let interval = tool.interval.as_secs_f64();
-        let verify = tool.verify;
         let config = tool_endpoint(false, &tool);
         let bind: SocketAddr = if target.is_ipv4() { "0.0.0.0:0".parse() } else { "[::]:0".parse() }.expect("a literal address");
         let endpoint = block_on(py, Endpoint::bind(bind, config), None, "bind")?.map_err(net_error)?;
         let (tx, rx) = mpsc::channel();
         let every = Duration::from_secs_f64(interval.max(0.05));
+        let send_options = tools::SendOptions { amount, interval: every, verify: tool.verify, reverse: tool.reverse, bitrate: tool.bitrate };
+        let streams = tool.parallel;
         let task = runtime().spawn(async move {
-            let result = tools::send(&endpoint, target, amount, every, verify, |i| {
+            let report = move |i: tools::Interval| {
                 if let Ok(json) = serde_json::to_string(&i) {
                     let _ = tx.send(json);
                 }
-            })
-            .await;
+            };
+            let results = tools::send_parallel(&endpoint, target, streams, &send_options, report).await;
             endpoint.shutdown();
-            result
+            results
         });
         let asked = match amount {
             Amount::Bytes(b) => (Some(b), None),
@@ -540,8 +541,8 @@ impl PySender {
         Ok(PySender { amount: asked, intervals: Mutex::new(rx), done: Mutex::new(Some(task)) })
     }
 
-    /// (interval reports so far, the summary JSON once finished or None). Raises the
-    /// transfer's error once it failed.
+    /// (interval reports so far, each naming its stream; once finished, a JSON list of the
+    /// streams' summaries, else None). Raises the transfer's error once it failed.
     #[pyo3(signature = (timeout=0.2))]
     fn poll(&self, py: Python<'_>, timeout: f64) -> PyResult<(Vec<String>, Option<String>)> {
         py.check_signals()?;
@@ -550,9 +551,10 @@ impl PySender {
         let mut done = self.done.lock().map_err(|_| PyOSError::new_err("sender state poisoned"))?;
         if done.as_ref().is_some_and(|t| t.is_finished()) {
             let task = done.take().expect("checked above");
-            let result = py.detach(|| runtime().block_on(task)).map_err(|e| PyOSError::new_err(format!("send failed: {e}")))?;
-            let summary = result.map_err(net_error)?;
-            let json = serde_json::to_string(&summary).map_err(|e| PyOSError::new_err(e.to_string()))?;
+            let results = py.detach(|| runtime().block_on(task)).map_err(|e| PyOSError::new_err(format!("send failed: {e}")))?;
+            // One stream's failure is the run's: report the first.
+            let summaries = results.into_iter().collect::<Result<Vec<_>, _>>().map_err(net_error)?;
+            let json = serde_json::to_string(&summaries).map_err(|e| PyOSError::new_err(e.to_string()))?;
             return Ok((out, Some(json)));
         }
         Ok((out, None))

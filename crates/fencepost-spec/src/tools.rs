@@ -27,6 +27,10 @@ pub struct ToolOptions {
     pub seed: u64,
     /// `send`/`serve`: hash the stream end to end (false: `--no-verify`, count bytes only).
     pub verify: bool,
+    /// `send`: streams at once, the server sending (`-R`), each stream's rate cap in bits per second.
+    pub parallel: u32,
+    pub reverse: bool,
+    pub bitrate: Option<u64>,
 }
 
 fn duration(given: &Given, name: &str) -> Result<Duration, OptionError> {
@@ -62,6 +66,16 @@ pub fn tool_options<'a>(command: Command, pairs: impl IntoIterator<Item = (&'a s
         .ok_or_else(|| fail("messages", "expected a whole number of messages, from 1 to 4294967295"))?;
     let seed = units::parse_count(given.get("seed").unwrap_or(default_of("seed")), 0).map_err(|e| fail("seed", e))?;
     let no_verify = units::parse_switch(given.get("no-verify").unwrap_or(default_of("no-verify"))).map_err(|e| fail("no-verify", e))?;
+    let parallel = units::parse_count(given.get("parallel").unwrap_or(default_of("parallel")), 1)
+        .ok()
+        .and_then(|n| u32::try_from(n).ok())
+        .filter(|&n| n <= 128)
+        .ok_or_else(|| fail("parallel", "expected a whole number of streams, from 1 to 128"))?;
+    let reverse = units::parse_switch(given.get("reverse").unwrap_or(default_of("reverse"))).map_err(|e| fail("reverse", e))?;
+    let bitrate = match given.get("bitrate").filter(|s| !s.is_empty()) {
+        Some(text) => Some(units::parse_rate(text).map_err(|e| fail("bitrate", e))?),
+        None => None,
+    };
     Ok(ToolOptions {
         transport,
         amount,
@@ -70,6 +84,9 @@ pub fn tool_options<'a>(command: Command, pairs: impl IntoIterator<Item = (&'a s
         messages,
         seed,
         verify: !no_verify,
+        parallel,
+        reverse,
+        bitrate,
     })
 }
 
