@@ -542,11 +542,13 @@ pub async fn send_stream(
         *retransmissions_before = stats.retransmissions;
     };
     let mut retx_seen = 0u64;
-    let outcome: Result<Received, String> = if options.reverse {
+    let mut received = if options.reverse {
         conn.finish();
         let receiving = receive_source(&conn, options.interval, options.verify, |start, end, bytes, c| report(c, start, end, bytes, &mut retx_seen));
         match grace {
-            Some(g) => tokio::time::timeout(g, receiving).await.unwrap_or_else(|_| Err(format!("the source did not finish within {:.1} s", g.as_secs_f64()))),
+            Some(g) => tokio::time::timeout(g, receiving)
+                .await
+                .unwrap_or_else(|_| Received { incomplete: Some(format!("the source did not finish within {:.1} s", g.as_secs_f64())), ..Received::default() }),
             None => receiving.await,
         }
     } else {
@@ -555,21 +557,20 @@ pub async fn send_stream(
     let duration = started.elapsed().as_secs_f64();
     let stats = conn.stats();
     let (srtt, ..) = conn.path();
-    let acknowledged = conn.acknowledged();
-    let received = match outcome {
-        Ok(r) => {
-            let _ = tokio::time::timeout(CLOSE_WAIT, conn.closed()).await;
-            r
+    if received.incomplete.is_some() {
+        // A connection that ended with an error (idle timeout, reset) is reported as such.
+        if let Some(lost) = conn_error(&conn) {
+            return Err(lost);
         }
-        Err(why) => {
-            // Nothing more will be waited for: tell the sink instead of leaving it to time out.
-            conn.abort();
-            if let Some(lost) = conn_error(&conn) {
-                return Err(lost);
-            }
-            Received { incomplete: Some(why), receiver_bytes: acknowledged, ..Received::default() }
+        // Nothing more will be waited for: tell the peer instead of leaving it to time out.
+        conn.abort();
+        if !options.reverse {
+            // No receipt: what the sink acknowledged is all that is known to have arrived.
+            received.receiver_bytes = conn.acknowledged().saturating_sub(SESSION_LEN as u64);
         }
-    };
+    } else {
+        let _ = tokio::time::timeout(CLOSE_WAIT, conn.closed()).await;
+    }
     let verified = !received.sha256.is_empty() && !received.receiver_sha256.is_empty();
     let hashes_match = verified && received.receiver_bytes == received.sent && received.receiver_sha256 == received.sha256;
     let complete = received.incomplete.is_none() && received.receiver_bytes == received.sent && (!verified || hashes_match);
@@ -624,7 +625,7 @@ struct Received {
 /// Forward: write the source while reading the sink's reports, then its receipt. A timed
 /// send is bounded as a whole: it writes until the time is up, then allows
 /// [`flush_grace`] for the rest to arrive.
-async fn forward(conn: &Connection, options: &SendOptions, grace: Option<Duration>, mut report: impl FnMut(f64, f64, u64, &Connection)) -> Result<Received, String> {
+async fn forward(conn: &Connection, options: &SendOptions, grace: Option<Duration>, mut report: impl FnMut(f64, f64, u64, &Connection)) -> Received {
     let writing = async {
         let written = write_source(conn, options.amount, options.bitrate, options.verify).await;
         conn.finish();
@@ -663,9 +664,16 @@ async fn forward(conn: &Connection, options: &SendOptions, grace: Option<Duratio
     };
     tokio::pin!(reading);
     let written = tokio::select! {
-        w = writing => w.map_err(|e| e.to_string())?,
-        r = &mut reading => return Err(r.err().unwrap_or_else(|| "the sink answered before the stream ended".to_string())),
+        w = writing => match w {
+            Ok(w) => w,
+            Err(e) => return Received { incomplete: Some(e.to_string()), ..Received::default() },
+        },
+        r = &mut reading => {
+            let why = r.err().unwrap_or_else(|| "the sink answered before the stream ended".to_string());
+            return Received { incomplete: Some(why), ..Received::default() };
+        }
     };
+    let mut out = Received { sent: written.bytes, sha256: written.sha256, sender_seconds: written.seconds, ..Received::default() };
     let receipt = match (grace, options.amount) {
         (Some(_), Amount::Time(limit)) => match tokio::time::timeout(flush_grace(limit), &mut reading).await {
             Ok(r) => r,
@@ -677,16 +685,15 @@ async fn forward(conn: &Connection, options: &SendOptions, grace: Option<Duratio
         },
         _ => reading.await,
     };
-    let (receiver_bytes, receiver_sha256, receiver_seconds) = receipt?;
-    Ok(Received {
-        sent: written.bytes,
-        sha256: written.sha256,
-        sender_seconds: written.seconds,
-        receiver_bytes,
-        receiver_sha256,
-        receiver_seconds,
-        incomplete: None,
-    })
+    match receipt {
+        Ok((bytes, sha256, seconds)) => {
+            out.receiver_bytes = bytes;
+            out.receiver_sha256 = sha256;
+            out.receiver_seconds = seconds;
+        }
+        Err(why) => out.incomplete = Some(why),
+    }
+    out
 }
 
 /// Reverse: read the server's stream to its end, counting every `interval` and checking
@@ -696,7 +703,7 @@ async fn receive_source(
     interval: Duration,
     verify: bool,
     mut report: impl FnMut(f64, f64, u64, &Connection),
-) -> Result<Received, String> {
+) -> Received {
     let chunk = pattern();
     let mut got = Sha256::new();
     let mut expected = Sha256::new();
@@ -709,7 +716,10 @@ async fn receive_source(
     loop {
         tokio::select! {
             n = conn.recv(&mut buf) => {
-                let n = n.map_err(|e| e.to_string())?;
+                let n = match n {
+                    Ok(n) => n,
+                    Err(e) => return Received { sent: bytes, receiver_bytes: bytes, incomplete: Some(e.to_string()), ..Received::default() },
+                };
                 if n == 0 {
                     break;
                 }
@@ -738,7 +748,7 @@ async fn receive_source(
     }
     let (sha256, receiver_sha256) = if verify { (hex(&expected.finalize()), hex(&got.finalize())) } else { (String::new(), String::new()) };
     let seconds = (last_byte_at - started).as_secs_f64();
-    Ok(Received { sent: bytes, sha256, sender_seconds: seconds, receiver_bytes: bytes, receiver_sha256, receiver_seconds: seconds, incomplete: None })
+    Received { sent: bytes, sha256, sender_seconds: seconds, receiver_bytes: bytes, receiver_sha256, receiver_seconds: seconds, incomplete: None }
 }
 
 #[derive(Clone, Debug, Serialize)]

@@ -141,6 +141,14 @@ impl Assembler {
         self.readable.len()
     }
 
+    /// Gives back the memory beyond what is held now (for a connection that is done
+    /// receiving but lingers to answer retransmissions).
+    pub fn shrink_to_fit(&mut self) {
+        self.readable.shrink_to_fit();
+        self.slots.shrink_to_fit();
+        self.held_bits.shrink_to_fit();
+    }
+
     /// The peer's FIN arrived and everything before it too.
     pub fn is_finished(&self) -> bool {
         self.finished

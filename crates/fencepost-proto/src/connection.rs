@@ -1530,6 +1530,10 @@ impl Connection {
         if self.state == State::Established && self.disassembler.fin_acked() && self.assembler.is_finished() {
             self.state = State::Closed;
             self.events.push_back(Event::Closed);
+            // It lingers for an idle timeout (below) with nothing left to send or reassemble:
+            // a server closing many bulk connections should not keep their grown buffers.
+            self.disassembler.shrink_to_fit();
+            self.assembler.shrink_to_fit();
             // Linger until the peer has been quiet for the idle timeout, answering its retransmissions.
             self.timers.set(Timer::Idle, self.last_rx_any.max(now) + self.config.idle_timeout);
         }

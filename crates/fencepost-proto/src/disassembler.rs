@@ -237,6 +237,16 @@ impl Disassembler {
         n
     }
 
+    /// Gives back the memory beyond what is held now (everything is acknowledged once a
+    /// connection is closed, but it lingers to answer the peer's retransmissions).
+    pub fn shrink_to_fit(&mut self) {
+        self.stream.shrink_to_fit();
+        self.segments.shrink_to_fit();
+        self.tx_order.shrink_to_fit();
+        self.retransmit_queue.shrink_to_fit();
+        self.holes.shrink_to_fit();
+    }
+
     /// No more data: a FIN follows the bytes already written.
     pub fn finish(&mut self) {
         self.fin_requested = true;
