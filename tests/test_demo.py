@@ -109,7 +109,7 @@ def test_demo_writes_the_report(tmp_path, capsys):
     # Findings first: one sentence per experiment, from its data.
     findings = html[html.index("<h2>Findings</h2>"):html.index("</ul>")]
     assert html.index("<h2>Findings</h2>") < html.index("<h2>(a)")
-    assert findings.count("<li>") == 13, findings
+    assert findings.count("<li>") == 14, findings
     assert "fewer packets than the sliding window (the article measured 30%)" in findings
     assert re.search(r"no congestion control delivered \d+\.\d times CUBIC", findings)
     # Provenance: version, source, the command, and every experiment's data files with its seeds.
@@ -118,7 +118,8 @@ def test_demo_writes_the_report(tmp_path, capsys):
         assert f"data/{name}/summary.csv" in html, name
         assert (tmp_path / "report" / "data" / name / "summary.csv").exists()
     assert "1-2 (one per trial)" in html
-    for plot_name in ["loss-per-controller", "competing-senders", "fairness-matrix", "mathis", "thermal-time-sequence-cubic",
+    assert re.search(r"the 95th-percentile RTT ran from \d+\.\d ms \(\S+\) to \d+\.\d ms", findings)
+    for plot_name in ["loss-per-controller", "throughput-delay", "rtt-cdf", "competing-senders", "fairness-matrix", "mathis", "thermal-time-sequence-cubic",
                       "duplication-2ms", "message-latency-cdf", "fec-overhead"]:
         assert f"{plot_name}.png" in html, plot_name
     assert "report:" in out and str(path.resolve()) in out
@@ -160,3 +161,42 @@ def test_latency_cdf_plot(tmp_path):
     assert all(f.stat().st_size > 1000 for f in plot.save(fig, tmp_path / "cdf"))
     with pytest.raises(ValueError, match="no latencies"):
         plot.latency_cdf({"empty": []})
+
+
+def test_rtt_percentiles_draw_a_cdf(tmp_path):
+    r = sim.run(rate="20mbit", delay="20ms", loss="2%", bytes="3MB", seed=2)
+    p = r.rtt_percentiles_ms
+    assert len(p) == 101 and list(p) == sorted(p)
+    # Nearest rank: the 95th percentile is the report's rtt_p95_ms, and nothing is below the path's 40 ms.
+    assert p[95] == r.rtt_p95_ms and p[0] >= 40.0
+    fig = plot.percentile_cdf({"tolerant": p}, marks={"base RTT": 40.0})
+    line = fig.axes[0].get_lines()[0]
+    assert list(line.get_xdata()) == list(p) and line.get_ydata()[0] == 0.0 and line.get_ydata()[-1] == 1.0
+    assert all(f.stat().st_size > 1000 for f in plot.save(fig, tmp_path / "rtt-cdf"))
+    with pytest.raises(ValueError, match="percentiles 0 to 100"):
+        plot.percentile_cdf({"one": [3.0]})
+
+
+def test_throughput_delay_plot_counts_failed_runs_and_grows_delay_to_the_left():
+    rows = [
+        {"cc": "a", "loss": "0%", "integrity_ok": True, "rtt_p95_ms": 40.0 + t, "goodput_bps": 90e6 + t * 1e6} for t in range(3)
+    ] + [
+        {"cc": "b", "loss": "0%", "integrity_ok": True, "rtt_p95_ms": 200.0, "goodput_bps": 50e6},
+        {"cc": "b", "loss": "0%", "integrity_ok": False, "rtt_p95_ms": 900.0, "goodput_bps": 1e6},
+        {"cc": "a", "loss": "5%", "integrity_ok": True, "rtt_p95_ms": 41.0, "goodput_bps": 80e6},
+        {"cc": "b", "loss": "5%", "integrity_ok": False, "rtt_p95_ms": None, "goodput_bps": 0.0},
+    ]
+    fig = plot.throughput_delay(rows, "cc", panel="loss", title="t")
+    clean, lossy = fig.axes
+    assert clean.get_title() == "loss = 0%" and lossy.get_title() == "loss = 5%"
+    left, right = clean.get_xlim()
+    assert left > right  # delay grows to the left
+    assert clean.get_xscale() == "log" and lossy.get_xscale() == "linear"  # 40-200 ms spans a factor of 5; 41 ms alone does not
+    labels = [t.get_text() for t in clean.get_legend().get_texts()]
+    assert labels == ["a", "b (1 of 2 failed)"]
+    assert [t.get_text() for t in lossy.get_legend().get_texts()] == ["a", "b (1 of 1 failed) (no completed run)"]
+    # The failed run's 900 ms is not drawn: the widest delay shown is the completed 200 ms.
+    assert max(max(c.get_offsets()[:, 0]) for c in clean.collections if len(c.get_offsets())) == pytest.approx(200.0)
+    # Three runs of "a" get a one-standard-deviation ellipse around their mean; one run of "b" gets none.
+    ellipses = [line for line in clean.get_lines() if len(line.get_xdata()) > 10]
+    assert len(ellipses) == 1 and min(ellipses[0].get_xdata()) < 41.0 < 42.0 < max(ellipses[0].get_xdata())

@@ -463,6 +463,8 @@ def notebook(report: Report, trials: int, workers: Optional[int], progress: bool
 
 CONTROLLERS = ["tolerant", "bbr", "cubic", "reno", "tahoe", "none:window=64"]
 LOSS_GRID = ["0%", "1%", "5%", "10%", "30%", "50%"]
+# The losses at which (d) shows throughput against delay; the RTT CDF is drawn at the last.
+DELAY_LOSSES = ["0%", "1%", "5%"]
 
 
 def loss_per_controller(report: Report, trials: int, workers: Optional[int], progress: bool) -> dict:
@@ -508,6 +510,24 @@ def loss_per_controller(report: Report, trials: int, workers: Optional[int], pro
     parts.append(table.html())
     fig = plot.metric_vs_condition(outcome.summary, "loss", "goodput_bps", variant="cc", title="Goodput against random loss, 100 Mbit/s, 40 ms RTT, per controller")
     report.figure(parts, fig, "loss-per-controller", "Goodput against random loss for every controller (mean and 95 % CI)")
+    # What each controller pays in delay for its goodput: Pantheon's plot, and the RTT CDF.
+    shown = [l for l in DELAY_LOSSES if l in LOSS_GRID]
+    fig = plot.throughput_delay(outcome.rows, "cc", panel="loss", panels=shown,
+                                title=f"Goodput against 95th-percentile RTT, 100 Mbit/s, 40 ms RTT, 500 kB queue (each dot a run, n={trials})")
+    report.figure(parts, fig, "throughput-delay", "Throughput against delay, as Pantheon draws it: the delay axis grows to the left, so better is up "
+                  "and to the right; the large marker is the mean of the runs, the ellipse one standard deviation")
+    cdf_loss = shown[-1]
+    first = {r["cc"]: r for r in outcome.rows if r["loss"] == cdf_loss and r["trial"] == 0}
+    series = {cc: first[cc]["rtt_percentiles_ms"] for cc in CONTROLLERS if first.get(cc) and first[cc].get("rtt_percentiles_ms")}
+    fig = plot.percentile_cdf(series, title=f"RTT samples at {cdf_loss} loss, 100 Mbit/s, 40 ms RTT (first seed)",
+                              marks={"base RTT": 40.0, "RTT + full queue": 80.0})
+    report.figure(parts, fig, "rtt-cdf", f"CDF of every RTT sample the sender took, per controller, at {cdf_loss} random loss (the first trial of each)")
+    delays = {cc: _by(outcome.summary, cc=cc, loss=cdf_loss)["rtt_p95_ms_mean"] for cc in CONTROLLERS}
+    delays = {cc: d for cc, d in delays.items() if d == d}
+    if delays:
+        low, high_delay = min(delays, key=delays.get), max(delays, key=delays.get)
+        report.finding("(d) delay", f"at {cdf_loss} loss the 95th-percentile RTT ran from {delays[low]:.1f} ms ({low}) to "
+                       f"{delays[high_delay]:.1f} ms ({high_delay}) over a 40 ms path with a 40 ms queue.")
     return {"summary": outcome.summary}
 
 

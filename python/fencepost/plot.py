@@ -236,6 +236,114 @@ def latency_cdf(series: Mapping[str, Sequence[float]], title: Optional[str] = No
     return fig
 
 
+def percentile_cdf(series: Mapping[str, Sequence[float]], title: Optional[str] = None, xlabel: str = "round-trip time (ms)",
+                   marks: Optional[Mapping[str, float]] = None, ylabel: str = "share of RTT samples") -> Figure:
+    """CDFs drawn from percentiles: ``label: [p0, p1, ..., p100]`` (as a run's
+    ``rtt_percentiles_ms``: 101 values, the 0th the minimum) gives one line each;
+    ``marks`` draws labelled vertical reference lines."""
+    fig, ax = _figure((7, 4.2))
+    for label, values in series.items():
+        xs = list(values)
+        if len(xs) < 2:
+            raise ValueError(f"{label}: a CDF needs percentiles 0 to 100, got {len(xs)} value(s)")
+        ys = [i / (len(xs) - 1) for i in range(len(xs))]
+        ax.plot(xs, ys, linewidth=1.3, label=label)
+    for label, x in (marks or {}).items():
+        ax.axvline(x, linestyle="--", color="grey", alpha=0.7)
+        ax.text(x, 0.02, f" {label}", rotation=90, va="bottom", fontsize="small", color="grey")
+    ax.set_ylim(0, 1.01)
+    _finish(ax, title or "RTT CDF", xlabel, ylabel, "lower right")
+    return fig
+
+
+def _covariance_ellipse(ax, xs: Sequence[float], ys: Sequence[float], color) -> None:
+    """One standard deviation of the runs around their mean, as Pantheon draws it
+    (the axes of the ellipse are the covariance's eigenvectors); x is on a log axis,
+    so the spread is taken in log10(x)."""
+    import numpy as np
+    from matplotlib.patches import Ellipse
+
+    lx = np.log10(np.asarray(xs, dtype=float))
+    y = np.asarray(ys, dtype=float)
+    cov = np.cov(np.vstack([lx, y]))
+    if not np.all(np.isfinite(cov)):
+        return
+    values, vectors = np.linalg.eigh(cov)
+    values = np.clip(values, 0.0, None)
+    angle = float(np.degrees(np.arctan2(vectors[1, 1], vectors[0, 1])))
+    # Drawn in (log10 x, y) space, then mapped onto the log axis point by point.
+    ellipse = Ellipse((0, 0), 2 * float(np.sqrt(values[1])), 2 * float(np.sqrt(values[0])), angle=angle)
+    path = ellipse.get_patch_transform().transform_path(ellipse.get_path())
+    verts = path.vertices + np.array([lx.mean(), y.mean()])
+    ax.plot(10 ** verts[:, 0], verts[:, 1], color=color, linewidth=0.9, alpha=0.6)
+
+
+def throughput_delay(rows: Sequence[Mapping[str, Any]], variant: str, panel: Optional[str] = None, delay: str = "rtt_p95_ms",
+                     throughput: str = "goodput_bps", title: Optional[str] = None, panels: Optional[Sequence[str]] = None) -> Figure:
+    """Pantheon's throughput-delay plot from a sweep's runs: delay on a log axis that
+    grows to the left (so up and to the right is better), throughput up, one colour
+    per ``variant`` value, each completed run a small dot, the mean of its runs a
+    large marker with its name and a one-standard-deviation ellipse. With ``panel``
+    (a condition such as ``loss``), one panel per value (in ``panels``' order if
+    given). Runs that did not complete are left out and counted in the legend."""
+    panels = list(panels) if panels is not None else list(dict.fromkeys(str(r[panel]) for r in rows)) if panel else [None]
+    variants = list(dict.fromkeys(str(r[variant]) for r in rows))
+    fig = Figure(figsize=(5.2 * len(panels), 4.6), layout="constrained")
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    colors = [f"C{i % 10}" for i in range(len(variants))]
+    metric_label, scale = METRIC_AXES.get(throughput, (throughput, 1.0))
+    delay_label = METRIC_AXES.get(delay, (delay, 1.0))[0]
+    for ax, value in zip(axes, panels):
+        chosen = [r for r in rows if panel is None or str(r[panel]) == value]
+        for name, color in zip(variants, colors):
+            runs = [r for r in chosen if str(r[variant]) == name]
+            done = [r for r in runs if r.get("integrity_ok") and r.get(delay) is not None and r.get(throughput) is not None]
+            failed = len(runs) - len(done)
+            label = name + (f" ({failed} of {len(runs)} failed)" if failed else "")
+            if not done:
+                ax.plot([], [], "o", color=color, label=label + " (no completed run)")
+                continue
+            xs = [float(r[delay]) for r in done]
+            ys = [float(r[throughput]) * scale for r in done]
+            ax.scatter(xs, ys, s=10, color=color, alpha=0.45)
+            mx = 10 ** (sum(_log10(x) for x in xs) / len(xs))
+            my = sum(ys) / len(ys)
+            ax.scatter([mx], [my], s=70, color=color, edgecolor="black", linewidth=0.6, label=label, zorder=3)
+            ax.annotate(name.split(":")[0], (mx, my), textcoords="offset points", xytext=(6, 5), fontsize="small", color=color)
+            if len(done) >= 3:
+                _covariance_ellipse(ax, xs, ys, color)
+        scale_note = _delay_axis(ax, [float(r[delay]) for r in chosen if r.get("integrity_ok") and r.get(delay)])
+        ax.set_ylim(bottom=0)
+        _finish(ax, f"{panel} = {value}" if panel else (title or "throughput against delay"), f"{delay_label}{scale_note} (better →)",
+                metric_label, "lower left")
+    if title and panel:
+        fig.suptitle(title)
+    return fig
+
+
+def _delay_axis(ax, delays: Sequence[float]) -> str:
+    """Pantheon's delay axis: logarithmic and growing to the left. Over less than a
+    factor of three a log axis has no readable ticks, so there it stays linear.
+    Returns the axis label's note on the scale."""
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    positive = [d for d in delays if d > 0]
+    log = bool(positive) and max(positive) / min(positive) >= 3
+    if log:
+        ax.set_xscale("log")
+        ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+    ax.invert_xaxis()
+    return ", log scale" if log else ""
+
+
+def _log10(x: float) -> float:
+    import math
+
+    return math.log10(x) if x > 0 else float("nan")
+
+
 def share_matrix(matrices: Mapping[str, Mapping[tuple, tuple]], order: Sequence[str], title: Optional[str] = None) -> Figure:
     """Fairness matrices side by side: cell (row, column) is the row controller's share
     of the two flows' goodput (colour, %) and the run's Jain index, from
@@ -334,8 +442,10 @@ __all__ = [
     "condition_value",
     "congestion_window",
     "metric_vs_condition",
+    "percentile_cdf",
     "rtt_over_time",
     "save",
     "sequence_received",
+    "throughput_delay",
     "time_sequence",
 ]

@@ -13,7 +13,7 @@ use fencepost_link::{Bandwidth, Link, LinkEvent, LossModel};
 use fencepost_proto::{
     ConnectionError, ConnectionHandle, ConnectionStats, DatagramEvent, Endpoint, EndpointConfig, Instant, State, TraceEvent,
 };
-use fencepost_spec::report::{jain_index, rtt_summary, FlowReport, LinkReport, RunReport};
+use fencepost_spec::report::{jain_index, rtt_percentiles, rtt_summary, FlowReport, LinkReport, RunReport};
 use fencepost_spec::{describe_cc, Direction, FlowSpec, Hop, LinkAction, LinkEventSpec, Scenario, Workload};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -639,6 +639,7 @@ impl Simulation {
                 rtt_samples: flow.snapshot.rtt_count as usize,
                 rtt_mean_ms,
                 rtt_p95_ms,
+                rtt_percentiles_ms: rtt_percentiles(&flow.snapshot.rtt_samples),
                 wrong_bytes: io.wrong_bytes,
                 messages_delivered: io.message_latencies_us.len() as u64,
                 message_latency_p50_ms: latency_quantile(&io.message_latencies_us, 0.50),

@@ -51,6 +51,8 @@ pub struct FlowReport {
     pub rtt_samples: usize,
     pub rtt_mean_ms: Option<f64>,
     pub rtt_p95_ms: Option<f64>,
+    /// The RTT samples' percentiles 0, 1, ..., 100 (nearest rank), for CDFs; empty without samples.
+    pub rtt_percentiles_ms: Vec<f64>,
     pub wrong_bytes: u64,
     /// A stream: messages whose last byte the server read, and their latency (due to read).
     pub messages_delivered: u64,
@@ -143,6 +145,18 @@ pub fn rtt_summary(samples: &[u32]) -> (Option<f64>, Option<f64>) {
     (Some(mean), Some(sorted[rank - 1] as f64 / 1000.0))
 }
 
+/// Percentiles 0, 1, ..., 100 of RTT samples (µs) in milliseconds, nearest rank (the 0th is
+/// the minimum): 101 numbers draw a run's RTT CDF without carrying every sample.
+pub fn rtt_percentiles(samples: &[u32]) -> Vec<f64> {
+    if samples.is_empty() {
+        return Vec::new();
+    }
+    let mut sorted = samples.to_vec();
+    sorted.sort_unstable();
+    let n = sorted.len();
+    (0..=100).map(|p| sorted[((p * n).div_ceil(100)).clamp(1, n) - 1] as f64 / 1000.0).collect()
+}
+
 // ---- the schema, for the Python package ----
 
 /// How a field's value is typed.
@@ -222,6 +236,7 @@ pub static FLOW_FIELDS: &[Field] = &[
     field("rtt_samples", Int, false, "RTT samples the client took"),
     field("rtt_mean_ms", OptionalFloat, true, "mean RTT sample"),
     field("rtt_p95_ms", OptionalFloat, true, "95th percentile RTT sample (nearest rank)"),
+    field("rtt_percentiles_ms", Floats, false, "RTT sample percentiles 0, 1, ..., 100 (nearest rank, 0 is the minimum; for CDFs)"),
     field("wrong_bytes", Int, false, "bytes an application read that differ from what was sent, checked as they were read (always 0)"),
     field("messages_delivered", Int, false, "stream: messages whose last byte the server read"),
     field("message_latency_p50_ms", OptionalFloat, true, "stream: median message latency, from when a message was due to be sent to when its last byte was read"),
@@ -437,6 +452,16 @@ mod tests {
         let samples: Vec<u32> = (1..=100).map(|ms| ms * 1000).collect();
         assert_eq!(rtt_summary(&samples), (Some(50.5), Some(95.0)));
         assert_eq!(rtt_summary(&[]), (None, None));
+    }
+
+    #[test]
+    fn rtt_percentiles_are_nearest_rank_from_the_minimum() {
+        let samples: Vec<u32> = (1..=200).rev().map(|ms| ms * 1000).collect();
+        let p = rtt_percentiles(&samples);
+        assert_eq!(p.len(), 101);
+        assert_eq!((p[0], p[1], p[50], p[95], p[100]), (1.0, 2.0, 100.0, 190.0, 200.0));
+        assert_eq!(rtt_percentiles(&[7_500]), vec![7.5; 101]);
+        assert!(rtt_percentiles(&[]).is_empty());
     }
 
     #[test]
