@@ -164,7 +164,7 @@ impl TransportConfig {
         let protection = ProtectionConfig::Noise(NoiseConfig::default());
         TransportConfig {
             profile: Profile::Default,
-            max_payload: mtu_payload(protection.overhead()),
+            max_payload: mtu_payload_with(protection.overhead(), &RedundancyConfig::WHERE_IT_PAYS),
             arq: Arq::Fence,
             fence_width: FenceWidth::UpTo(8192),
             send_policy: SendPolicy::Continuous,
@@ -187,7 +187,10 @@ impl TransportConfig {
             // The loss-tolerant model-based controller: it fills the path whatever the
             // random loss, and yields to queues and to loss that comes with them.
             controller: ControllerConfig::Bbr(BbrConfig::tolerant()),
-            redundancy: RedundancyConfig::None,
+            // FEC only where it pays: for what the application limits, at the rate the
+            // measured loss needs (none on a clean path); a transfer filling the path gets
+            // none (docs/redundancy.md, "The default profile").
+            redundancy: RedundancyConfig::WHERE_IT_PAYS,
             accept_repairs: true,
             protection,
             record_rtt_samples: true,
@@ -206,10 +209,24 @@ impl TransportConfig {
     /// Changes how packets are protected. A payload sized to fill a 1500-byte IP packet is
     /// resized so the datagram still fills it; a payload chosen otherwise stays as it is.
     pub fn set_protection(&mut self, protection: ProtectionConfig) {
-        if self.max_payload == mtu_payload(self.protection.overhead()) {
-            self.max_payload = mtu_payload(protection.overhead());
+        if self.max_payload == self.mtu_sized_payload() {
+            self.max_payload = mtu_payload_with(protection.overhead(), &self.redundancy);
         }
         self.protection = protection;
+    }
+
+    /// Changes the redundancy. A payload sized to fill a 1500-byte IP packet is resized so
+    /// that FEC's repairs (a few bytes longer than their data) still fit one.
+    pub fn set_redundancy(&mut self, redundancy: RedundancyConfig) {
+        if self.max_payload == self.mtu_sized_payload() {
+            self.max_payload = mtu_payload_with(self.protection.overhead(), &redundancy);
+        }
+        self.redundancy = redundancy;
+    }
+
+    /// The payload that fills a 1500-byte IP packet with this protection and redundancy.
+    pub fn mtu_sized_payload(&self) -> u16 {
+        mtu_payload_with(self.protection.overhead(), &self.redundancy)
     }
 
     /// Plaintext packets (wire format version 1), as `--insecure` asks.
@@ -234,4 +251,16 @@ impl Default for TransportConfig {
 /// header - what packet protection adds.
 pub fn mtu_payload(protection_overhead: usize) -> u16 {
     (1472 - DATA_OVERHEAD - protection_overhead) as u16
+}
+
+/// The same with `redundancy`: a repair carries its symbol (the payload with 2 bytes of
+/// length and 1 of flags) behind a header 1 byte shorter than data's, so with FEC the
+/// payload is 2 bytes less and repairs still fit the packet.
+pub fn mtu_payload_with(protection_overhead: usize, redundancy: &RedundancyConfig) -> u16 {
+    let plain = mtu_payload(protection_overhead);
+    if redundancy.sends_repairs() {
+        plain - (crate::wire::REPAIR_OVERHEAD + 3 - DATA_OVERHEAD) as u16
+    } else {
+        plain
+    }
 }

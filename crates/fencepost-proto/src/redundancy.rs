@@ -61,7 +61,11 @@ pub enum RedundancyConfig {
     Fec(FecCode),
     /// Forward error correction whose repair rate follows the loss the receiver reports,
     /// spending at most `budget` (repair packets per data packet); none on a clean path.
-    AdaptiveFec { budget: f64 },
+    /// With `transfers` false, repairs go only to a flow the application limits (a stream
+    /// of messages, the tail of a transfer): a transfer that fills the path gets none,
+    /// since a repair there displaces new data and saves no time (the fence resends only
+    /// what was lost, one round trip later, at the same cost in bytes).
+    AdaptiveFec { budget: f64, transfers: bool },
     /// A stage from outside this crate.
     Custom(Arc<dyn RedundancyFactory>),
 }
@@ -72,7 +76,7 @@ impl PartialEq for RedundancyConfig {
             (RedundancyConfig::None, RedundancyConfig::None) => true,
             (RedundancyConfig::Duplicate { share: a }, RedundancyConfig::Duplicate { share: b }) => a == b,
             (RedundancyConfig::Fec(a), RedundancyConfig::Fec(b)) => a == b,
-            (RedundancyConfig::AdaptiveFec { budget: a }, RedundancyConfig::AdaptiveFec { budget: b }) => a == b,
+            (RedundancyConfig::AdaptiveFec { budget: a, transfers: x }, RedundancyConfig::AdaptiveFec { budget: b, transfers: y }) => a == b && x == y,
             (RedundancyConfig::Custom(a), RedundancyConfig::Custom(b)) => Arc::ptr_eq(a, b),
             _ => false,
         }
@@ -80,12 +84,20 @@ impl PartialEq for RedundancyConfig {
 }
 
 impl RedundancyConfig {
+    /// The default profile's: adaptive FEC for what the application limits, none for transfers.
+    pub const WHERE_IT_PAYS: RedundancyConfig = RedundancyConfig::AdaptiveFec { budget: 0.5, transfers: false };
+
+    /// It sends FEC repair packets, which are a few bytes longer than the data they cover.
+    pub fn sends_repairs(&self) -> bool {
+        matches!(self, RedundancyConfig::Fec(_) | RedundancyConfig::AdaptiveFec { .. })
+    }
+
     pub fn build(&self) -> Box<dyn Redundancy> {
         match self {
             RedundancyConfig::None => Box::new(NoRedundancy),
             RedundancyConfig::Duplicate { share } => Box::new(Duplication::new(*share)),
             RedundancyConfig::Fec(code) => Box::new(FecStage::new(*code)),
-            RedundancyConfig::AdaptiveFec { budget } => Box::new(FecStage::adaptive(*budget)),
+            RedundancyConfig::AdaptiveFec { budget, transfers } => Box::new(FecStage::adaptive(*budget, *transfers)),
             RedundancyConfig::Custom(factory) => factory.build(),
         }
     }
@@ -107,7 +119,9 @@ impl RedundancyConfig {
             RedundancyConfig::Duplicate { share } => format!("dup:{}%", (share * 1e4).round() / 1e2),
             RedundancyConfig::Fec(FecCode::Block { k, n }) => format!("fec:rs:{k}/{n}"),
             RedundancyConfig::Fec(FecCode::Window { window, every }) => format!("fec:window:{window}/{every}"),
-            RedundancyConfig::AdaptiveFec { budget } => format!("fec:adaptive:budget={}%", (budget * 1e4).round() / 1e2),
+            RedundancyConfig::AdaptiveFec { budget, transfers } => {
+                format!("fec:adaptive:budget={}%{}", (budget * 1e4).round() / 1e2, if *transfers { "" } else { ",transfers=off" })
+            }
             other => other.name().to_string(),
         }
     }
@@ -209,6 +223,8 @@ const STREAM_PRIOR_EVERY: u8 = 3;
 #[derive(Debug)]
 struct Adaptive {
     budget: f64,
+    /// Repairs for a flow the path limits too (`false`: only for what the application limits).
+    transfers: bool,
     sent: u64,
     /// `sent` when the application last left the window unused.
     app_limited_at: Option<u64>,
@@ -221,8 +237,8 @@ struct Adaptive {
 }
 
 impl Adaptive {
-    fn new(budget: f64) -> Adaptive {
-        Adaptive { budget: budget.clamp(0.0, 1.0), sent: 0, app_limited_at: None, lost: 0, sent_at_last: 0, from_losses: 0.0, from_feedback: 0.0, last_feedback: (0, 0) }
+    fn new(budget: f64, transfers: bool) -> Adaptive {
+        Adaptive { budget: budget.clamp(0.0, 1.0), transfers, sent: 0, app_limited_at: None, lost: 0, sent_at_last: 0, from_losses: 0.0, from_feedback: 0.0, last_feedback: (0, 0) }
     }
 
     fn loss(&self) -> f64 {
@@ -256,7 +272,9 @@ impl Adaptive {
     /// The code for what the path and the flow show now.
     fn code(&self) -> FecCode {
         let (window, margin) = if self.streaming() { (ADAPTIVE_STREAM_WINDOW, 4.0) } else { (ADAPTIVE_WINDOW, 2.0) };
-        let r = if self.streaming() && !self.informed() {
+        let r = if !self.streaming() && !self.transfers {
+            0.0
+        } else if self.streaming() && !self.informed() {
             // A stream's first messages go out before anything is measured; losing one
             // then costs a round trip for it and every message behind it, while a few
             // repairs cost a stream (which leaves the path idle) next to nothing. Until
@@ -328,9 +346,9 @@ impl FecStage {
     }
 
     /// A window code whose repair rate follows the loss measured, within `budget`.
-    pub fn adaptive(budget: f64) -> FecStage {
+    pub fn adaptive(budget: f64, transfers: bool) -> FecStage {
         // Keep enough for the longest window the adaptive code may choose.
-        FecStage { adaptive: Some(Adaptive::new(budget)), ..FecStage::new(FecCode::Window { window: ADAPTIVE_WINDOW, every: u8::MAX }) }
+        FecStage { adaptive: Some(Adaptive::new(budget, transfers)), ..FecStage::new(FecCode::Window { window: ADAPTIVE_WINDOW, every: u8::MAX }) }
     }
 
     fn queue(&mut self, scheme: crate::fec::Scheme, span: usize, index: u8) {
@@ -385,13 +403,21 @@ impl Redundancy for FecStage {
             _ => return,
         };
         self.dst_cid.copy_from_slice(&packet[2..6]);
-        self.encoder.add(seq, crate::fec::source_symbol(payload, fin));
         if let Some(a) = &mut self.adaptive {
             a.on_sent();
             self.code = a.code();
             if let FecCode::Window { window, .. } = self.code {
                 self.encoder.set_keep(window as usize);
             }
+        }
+        // While an adaptive code sends a transfer nothing (a clean path, or a transfer it
+        // leaves alone), packets are not copied into its history: the gap restarts the
+        // history, and the first repair after it covers only what was sent since. A
+        // stream's history is always kept (it is cheap at a stream's rate, and the first
+        // repair after a clean spell then covers a whole window).
+        let idle = matches!(self.code, FecCode::Window { every: u8::MAX, .. }) && !self.adaptive.as_ref().is_some_and(Adaptive::streaming);
+        if !idle {
+            self.encoder.add(seq, crate::fec::source_symbol(payload, fin));
         }
         self.after_source(fin);
     }
@@ -515,16 +541,16 @@ mod tests {
             FecCode::Block { .. } => unreachable!(),
         };
         // A transfer with nothing measured sends no repairs.
-        let mut bulk = Adaptive::new(0.5);
+        let mut bulk = Adaptive::new(0.5, true);
         bulk.on_sent();
         assert_eq!(every(&bulk), u8::MAX);
         // A stream does, until the first measurement ...
-        let mut stream = Adaptive::new(0.5);
+        let mut stream = Adaptive::new(0.5, true);
         stream.app_limited_at = Some(0);
         stream.on_sent();
         assert_eq!(every(&stream), STREAM_PRIOR_EVERY);
         // ... within the budget ...
-        let mut frugal = Adaptive::new(0.1);
+        let mut frugal = Adaptive::new(0.1, true);
         frugal.app_limited_at = Some(0);
         assert_eq!(every(&frugal), 10);
         // ... and then none if the path turns out clean.
@@ -538,13 +564,44 @@ mod tests {
     }
 
     #[test]
+    fn where_it_pays_leaves_a_transfer_alone_and_protects_what_the_application_limits() {
+        let every = |a: &Adaptive| match a.code() {
+            FecCode::Window { every, .. } => every,
+            FecCode::Block { .. } => unreachable!(),
+        };
+        let RedundancyConfig::AdaptiveFec { budget, transfers } = RedundancyConfig::WHERE_IT_PAYS else { unreachable!() };
+        let (mut paying, mut always) = (Adaptive::new(budget, transfers), Adaptive::new(budget, true));
+        // 10 % loss measured on a transfer that fills the path: only the always-on code repairs.
+        for a in [&mut paying, &mut always] {
+            for _ in 0..256 {
+                a.on_sent();
+            }
+            for k in 1..=8 {
+                a.on_feedback(128 * k, 13 * k);
+            }
+        }
+        assert_eq!(every(&paying), u8::MAX);
+        assert!(every(&always) < 8, "{}", every(&always));
+        // The application leaves the window unused (a stream, a transfer's tail): repairs.
+        paying.app_limited_at = Some(paying.sent);
+        assert!(every(&paying) <= 3, "{}", every(&paying));
+        // Long after it last did, the flow is a transfer again.
+        for _ in 0..APP_LIMITED_MEMORY {
+            paying.on_sent();
+        }
+        assert_eq!(every(&paying), u8::MAX);
+        assert_eq!(RedundancyConfig::WHERE_IT_PAYS.describe(), "fec:adaptive:budget=50%,transfers=off");
+        assert_eq!(Announcement::of(&RedundancyConfig::WHERE_IT_PAYS, true).to_byte(), 0x84);
+    }
+
+    #[test]
     fn announcements_read_back() {
         for (config, sends) in [
             (RedundancyConfig::None, Announcement::NONE),
             (RedundancyConfig::Duplicate { share: 0.5 }, Announcement::DUPLICATES),
             (RedundancyConfig::Fec(FecCode::Block { k: 8, n: 12 }), Announcement::REED_SOLOMON),
             (RedundancyConfig::Fec(FecCode::Window { window: 16, every: 4 }), Announcement::WINDOW),
-            (RedundancyConfig::AdaptiveFec { budget: 0.5 }, Announcement::ADAPTIVE),
+            (RedundancyConfig::AdaptiveFec { budget: 0.5, transfers: true }, Announcement::ADAPTIVE),
         ] {
             for takes in [false, true] {
                 let a = Announcement::of(&config, takes);
@@ -552,7 +609,7 @@ mod tests {
                 assert_eq!(Announcement::from_byte(a.to_byte()), a);
             }
         }
-        assert_eq!(Announcement::of(&RedundancyConfig::AdaptiveFec { budget: 0.5 }, true).to_byte(), 0x84);
+        assert_eq!(Announcement::of(&RedundancyConfig::AdaptiveFec { budget: 0.5, transfers: true }, true).to_byte(), 0x84);
         assert!(!Announcement::from_byte(0x81).sends_repairs(), "duplicates are data packets");
         assert!(Announcement::from_byte(0x02).sends_repairs() && !Announcement::from_byte(0x02).adapts());
         // Reserved bits are ignored.

@@ -103,3 +103,31 @@ fn fixed_codes_rebuild_what_is_lost() {
         assert!(r.message_latency_p95_ms.unwrap() < plain.message_latency_p95_ms.unwrap(), "{code}");
     }
 }
+
+#[test]
+fn the_default_profile_repairs_streams_and_leaves_transfers_alone() {
+    // No --redundancy: the default profile's own choice.
+    let default_bulk = |loss: &str, seed: &str| {
+        run(Scenario::from_options([("bytes", "20MB"), ("rate", "100mbit"), ("delay", "20ms"), ("loss", loss), ("seed", seed)]).unwrap())
+    };
+    for seed in ["1", "2"] {
+        // A transfer that fills the path: not one repair, lossy or clean, and the fence alone recovers.
+        for loss in ["0%", "10%"] {
+            let r = default_bulk(loss, seed);
+            assert!(r.integrity_ok, "{loss} seed {seed}: {:?}", r.error);
+            assert_eq!(r.redundancy, "fec:adaptive:budget=50%,transfers=off");
+            assert_eq!(r.redundant_packets_sent, 0, "{loss} seed {seed}");
+            // Repairs must fit a 1500-byte IP packet, so the payload is 2 bytes short of
+            // the 1,438 a protected packet carries with --redundancy none.
+            assert_eq!(r.payload_size, 1_436);
+        }
+        // A stream at 10 % loss gets repairs and its tail stays within 1.5 round trips.
+        let r = stream(&[("time", "30s"), ("loss", "10%"), ("seed", seed)]);
+        assert!(r.integrity_ok && r.messages_delivered == 7_500, "{:?}", r.error);
+        assert!(r.redundant_packets_sent > r.data_packets_sent / 4, "{} repairs", r.redundant_packets_sent);
+        assert!(r.message_latency_p99_ms.unwrap() <= 75.0, "seed {seed}: p99 {:?}", r.message_latency_p99_ms);
+        // On a clean path a stream gets only the few repairs sent before anything is measured.
+        let clean = stream(&[("seed", seed)]);
+        assert!(clean.redundant_packets_sent as f64 <= 0.02 * clean.data_packets_sent as f64, "{} repairs on a clean path", clean.redundant_packets_sent);
+    }
+}

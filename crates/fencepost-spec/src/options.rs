@@ -180,11 +180,12 @@ pub static OPTIONS: &[OptionSpec] = &[
         ..option("arq", Scope::Transport, Kind::Choice, "fence|window", "fence", "loss recovery: fence (resend only holes) or window (cumulative acks only)", ALL)
     }),
     per_flow(option("cc", Scope::Transport, Kind::Spec, "CC", "", "congestion control: none[:window=N,rate=R,pacing=on|off] (a fixed window), tahoe[:iw=N,ssthresh=N,pacing=on|off], reno[...] (NewReno), cubic[:iw=N,pacing=on|off,hystart=on|off], bbr[:iw=N] (BBR v1), tolerant[:iw=N] (fencepost's loss-tolerant controller) or python:FILE:CLASS (a fencepost.Controller subclass) (default: the profile's; tolerant in the default profile)", ALL)),
-    per_flow(option("packet-size", Scope::Transport, Kind::Size, "BYTES", "", "data payload per packet (default: the profile's; 256 in seed, 1458 in default)", ALL)),
+    per_flow(option("packet-size", Scope::Transport, Kind::Size, "BYTES", "", "data payload per packet (default: the profile's; 256 in seed; in default what fills a 1500-byte IP packet with room for FEC repairs: 1436, 1456 with --insecure, 2 more with --redundancy none or dup)", ALL)),
     per_flow(option("idle-timeout", Scope::Transport, Kind::Duration, "DURATION", "", "end a connection after this long without hearing from the peer (default: the profile's; 100ms in seed, 30s in default)", ALL)),
-    per_flow(option("redundancy", Scope::Transport, Kind::Spec, "none|dup:R|fec:...", "none",
-        "redundancy: none; dup:R sends a share R of data packets twice; fec:rs:K/N sends N-K Reed-Solomon repairs after every K packets; \
-         fec:window:W/R one repair over the last W packets after every R; fec:adaptive[:budget=B] repairs as the measured loss needs, at most B (default 50%)", ALL)),
+    per_flow(option("redundancy", Scope::Transport, Kind::Spec, "none|dup:R|fec:...", "",
+        "redundancy (default: the profile's; none in seed, fec:adaptive:transfers=off in default): none; dup:R sends a share R of data packets twice; \
+         fec:rs:K/N sends N-K Reed-Solomon repairs after every K packets; fec:window:W/R one repair over the last W packets after every R; \
+         fec:adaptive[:budget=B,transfers=off] repairs as the measured loss needs, at most B (default 50%), with transfers=off only for flows the application limits", ALL)),
     per_flow(option("accept-repairs", Scope::Transport, Kind::Switch, "BOOL", "true",
         "take the peer's FEC repair packets; false says so in the handshake, and the peer's FEC then sends none", ALL)),
     per_flow(option("insecure", Scope::Transport, Kind::Switch, "BOOL", "false",

@@ -140,7 +140,7 @@ pub fn describe_cc(config: &ControllerConfig) -> String {
 
 /// The accepted redundancy forms, for help and errors.
 pub const REDUNDANCY_FORMS: &str = "none, dup:R (a share of packets sent twice, like dup:50%), fec:rs:K/N (Reed-Solomon: N-K repairs after every K packets), \
-fec:window:W/R (one repair over the last W packets after every R) or fec:adaptive[:budget=B] (repairs as the loss needs, at most B of the data; default 50%)";
+fec:window:W/R (one repair over the last W packets after every R) or fec:adaptive[:budget=B,transfers=off] (repairs as the loss needs, at most B of the data, default 50%; transfers=off: none for a transfer that fills the path)";
 
 fn fraction(text: &str, what: &str) -> Result<(u8, u8), UnitError> {
     let bad = || UnitError(format!("{what}: {text:?} is not two whole numbers like 8/12"));
@@ -169,12 +169,14 @@ pub fn parse_redundancy(spec: &str) -> Result<RedundancyConfig, UnitError> {
             Ok(RedundancyConfig::Fec(FecCode::Window { window, every }))
         }
         ("fec", Some("adaptive"), params) => {
-            let mut budget = 0.5;
-            for (key, value) in parse_params(params.unwrap_or(""), &["budget"])? {
-                debug_assert_eq!(key, "budget");
-                budget = units::parse_probability(value).map_err(|e| UnitError(format!("budget: {e}")))?;
+            let (mut budget, mut transfers) = (0.5, true);
+            for (key, value) in parse_params(params.unwrap_or(""), &["budget", "transfers"])? {
+                match key {
+                    "budget" => budget = units::parse_probability(value).map_err(|e| UnitError(format!("budget: {e}")))?,
+                    _ => transfers = units::parse_switch(value).map_err(|e| UnitError(format!("transfers: {e}")))?,
+                }
             }
-            Ok(RedundancyConfig::AdaptiveFec { budget })
+            Ok(RedundancyConfig::AdaptiveFec { budget, transfers })
         }
         _ => Err(UnitError(format!("{spec:?} is not a redundancy; accepted: {REDUNDANCY_FORMS}"))),
     }
@@ -213,15 +215,16 @@ pub fn transport_config<'a>(get: impl Fn(&str) -> Option<&'a str>) -> Result<Tra
     if let Some(spec) = get("cc").filter(|s| !s.is_empty()) {
         transport.controller = parse_cc(spec, &transport).map_err(|e| fail("cc", e))?;
     }
+    // Before the payload size: a size given by hand is not resized for the redundancy.
+    if let Some(spec) = get("redundancy").filter(|s| !s.is_empty()) {
+        transport.set_redundancy(parse_redundancy(spec).map_err(|e| fail("redundancy", e))?);
+    }
     if let Some(size) = get("packet-size").filter(|s| !s.is_empty()) {
         let bytes = units::parse_bytes(size).map_err(|e| fail("packet-size", e))?;
         if !(16..=65_000).contains(&bytes) {
             return Err(fail("packet-size", format!("{bytes} bytes is out of range; a payload is 16 to 65000 bytes")));
         }
         transport.max_payload = bytes as u16;
-    }
-    if let Some(spec) = get("redundancy").filter(|s| !s.is_empty()) {
-        transport.redundancy = parse_redundancy(spec).map_err(|e| fail("redundancy", e))?;
     }
     if let Some(accept) = get("accept-repairs").filter(|s| !s.is_empty()) {
         transport.accept_repairs = units::parse_switch(accept).map_err(|e| fail("accept-repairs", e))?;
@@ -252,12 +255,9 @@ pub fn transport_config<'a>(get: impl Fn(&str) -> Option<&'a str>) -> Result<Tra
             }
         }
     }
-    if matches!(transport.redundancy, RedundancyConfig::Fec(_) | RedundancyConfig::AdaptiveFec { .. })
-        && transport.max_payload == fencepost_proto::config::mtu_payload(transport.protection.overhead())
-    {
-        // A repair carries a symbol (2 bytes of length and 1 of flags before the payload)
-        // behind a header 1 byte shorter than data's: 2 bytes less payload keeps it in the MTU.
-        transport.max_payload -= (fencepost_proto::wire::REPAIR_OVERHEAD + 3 - fencepost_proto::wire::DATA_OVERHEAD) as u16;
+    if transport.redundancy.sends_repairs() && transport.max_payload == fencepost_proto::config::mtu_payload(transport.protection.overhead()) {
+        // An MTU-sized payload given by hand: shortened as the profile's would be, so repairs fit.
+        transport.max_payload = transport.mtu_sized_payload();
     }
     if let Some(idle) = get("idle-timeout").filter(|s| !s.is_empty()) {
         let idle = units::parse_duration(idle).map_err(|e| fail("idle-timeout", e))?;

@@ -146,10 +146,13 @@ impl Pair {
 }
 
 /// The default profile in plaintext (tests read sequence numbers off the wire), 100-byte payloads, a fixed window.
+/// The default profile with small packets, a fixed window and no redundancy: these tests
+/// follow single packets through loss recovery, which repairs would hide.
 pub fn fast_config() -> TransportConfig {
     TransportConfig {
         max_payload: 100,
         controller: ControllerConfig::Fixed(FixedConfig::default().window_packets(64)),
+        redundancy: fencepost_proto::redundancy::RedundancyConfig::None,
         ..TransportConfig::default_profile().insecure()
     }
 }
