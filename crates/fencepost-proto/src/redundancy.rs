@@ -410,13 +410,11 @@ impl Redundancy for FecStage {
                 self.encoder.set_keep(window as usize);
             }
         }
-        // While an adaptive code sends a transfer nothing (a clean path, or a transfer it
-        // leaves alone), packets are not copied into its history: the gap restarts the
-        // history, and the first repair after it covers only what was sent since. A
-        // stream's history is always kept (it is cheap at a stream's rate, and the first
-        // repair after a clean spell then covers a whole window).
-        let idle = matches!(self.code, FecCode::Window { every: u8::MAX, .. }) && !self.adaptive.as_ref().is_some_and(Adaptive::streaming);
-        if !idle {
+        // While an adaptive code sends nothing (a clean path, or a transfer it leaves
+        // alone), packets are not copied into its history: copying every packet cost a
+        // quarter of the loopback rate. The gap restarts the history, and the first
+        // repair after it covers only what was sent since.
+        if !matches!(self.code, FecCode::Window { every: u8::MAX, .. }) {
             self.encoder.add(seq, crate::fec::source_symbol(payload, fin));
         }
         self.after_source(fin);
