@@ -4,8 +4,8 @@
 //! time its own process used (user + system), so `bench/peers.sh` can add both ends.
 //!
 //! ```text
-//! peers server PROTO ADDR [--echo] [--insecure] [--cert FILE] [--no-verify]
-//! peers client PROTO ADDR (--bytes N | --pingpong N) [--insecure] [--cert FILE] [--no-verify]
+//! peers server PROTO ADDR [--echo] [--insecure] [--cert FILE] [--no-verify] [--redundancy-none]
+//! peers client PROTO ADDR (--bytes N | --pingpong N) [--insecure] [--cert FILE] [--no-verify] [--redundancy-none]
 //! peers server|client fencepost ADDR --connections K ...   (K concurrent connections)
 //! ```
 //! PROTO is fencepost, quinn, tcp or udp. A server serves one connection and exits.
@@ -33,6 +33,8 @@ struct Args {
     bytes: Option<u64>,
     pingpong: Option<u32>,
     insecure: bool,
+    /// fencepost without the default profile's adaptive FEC (what it costs where it sends nothing).
+    redundancy_none: bool,
     verify: bool,
     /// Server: echo (ping-pong) instead of a sink; only fencepost's server needs telling.
     echo: bool,
@@ -42,7 +44,7 @@ struct Args {
 }
 
 fn usage(why: &str) -> ! {
-    eprintln!("peers: {why}\nusage: peers server|client fencepost|quinn|tcp|udp ADDR [--bytes N | --pingpong N] [--echo] [--insecure] [--no-verify] [--cert FILE]");
+    eprintln!("peers: {why}\nusage: peers server|client fencepost|quinn|tcp|udp ADDR [--bytes N | --pingpong N] [--echo] [--insecure] [--no-verify] [--redundancy-none] [--cert FILE]");
     std::process::exit(2);
 }
 
@@ -57,7 +59,7 @@ fn parse_args() -> Args {
         usage(&format!("PROTO {proto:?}: expected fencepost, quinn, tcp or udp"));
     }
     let addr = it.next().unwrap_or_else(|| usage("missing ADDR")).parse().unwrap_or_else(|_| usage("ADDR: expected IP:PORT"));
-    let mut a = Args { role, proto, addr, bytes: None, pingpong: None, insecure: false, verify: true, echo: false, connections: 1, cert: None };
+    let mut a = Args { role, proto, addr, bytes: None, pingpong: None, insecure: false, redundancy_none: false, verify: true, echo: false, connections: 1, cert: None };
     while let Some(flag) = it.next() {
         let mut value = |name: &str| it.next().unwrap_or_else(|| usage(&format!("{name} needs a value")));
         match flag.as_str() {
@@ -65,6 +67,7 @@ fn parse_args() -> Args {
             "--pingpong" => a.pingpong = Some(value("--pingpong").parse().unwrap_or_else(|_| usage("--pingpong: expected a number of round trips"))),
             "--cert" => a.cert = Some(value("--cert")),
             "--insecure" => a.insecure = true,
+            "--redundancy-none" => a.redundancy_none = true,
             "--no-verify" => a.verify = false,
             "--echo" => a.echo = true,
             "--connections" => {
@@ -148,7 +151,10 @@ fn main() {
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 async fn fencepost(args: &Args) -> Result<serde_json::Value> {
-    let transport = if args.insecure { TransportConfig::default().insecure() } else { TransportConfig::default() };
+    let mut transport = if args.insecure { TransportConfig::default().insecure() } else { TransportConfig::default() };
+    if args.redundancy_none {
+        transport.set_redundancy(fencepost_proto::redundancy::RedundancyConfig::None);
+    }
     if args.role == "server" {
         let endpoint = Endpoint::bind(args.addr, EndpointConfig::server(transport)).await?;
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();

@@ -312,6 +312,11 @@ pub struct Connection {
     /// Rebuilds lost data from the peer's repair packets; made when the handshake says the
     /// peer sends them (and this side takes them), so it holds every source packet from the first.
     fec_decoder: Option<Box<fec::Decoder>>,
+    /// The decoder keeps source packets numbered below this: the first [`FEC_KEEP_AT_START`],
+    /// and [`FEC_KEEP_AFTER`] past the latest gap or repair. An adaptive peer sends repairs
+    /// only after loss (or at a stream's start), so on a clean path the receiver copies
+    /// nothing; copying every packet cost a third of a loopback receiver's CPU.
+    fec_keep_until: u64,
     /// Data packets the peer sent for the first time, by sequence number, and how many of
     /// them were missing when a later one arrived: what [`Feedback`] reports.
     rx_expected: u64,
@@ -326,6 +331,10 @@ pub struct Connection {
 const FEEDBACK_EVERY: u64 = 32;
 /// Source packets a decoder keeps to rebuild from (the longest repair span the stages send, and some).
 const FEC_DECODER_KEEP: usize = 512;
+/// Source packets kept from a connection's start (an adaptive stream's repairs before any measurement).
+const FEC_KEEP_AT_START: u64 = 128;
+/// Source packets kept after the latest gap in the first transmissions or the latest repair.
+const FEC_KEEP_AFTER: u64 = 1024;
 
 impl fmt::Debug for Connection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -409,6 +418,7 @@ impl Connection {
             readable_signalled: false,
             finish_signalled: false,
             fec_decoder: None,
+            fec_keep_until: FEC_KEEP_AT_START,
             rx_expected: 0,
             rx_missing: 0,
             feedback_sent_at: 0,
@@ -886,6 +896,7 @@ impl Connection {
         }
         let first = wire::expand_seq(r.first_seq, self.assembler.fence_base());
         let Some(decoder) = self.fec_decoder.as_mut() else { return };
+        self.fec_keep_until = self.fec_keep_until.max(first + r.span as u64 + FEC_KEEP_AFTER);
         let rebuilt = decoder.add_repair(scheme, first, r.span as usize, r.index, r.symbol);
         self.take_rebuilt(now, rebuilt);
     }
@@ -1171,6 +1182,10 @@ impl Connection {
             self.note_ack_eliciting(now, timestamp);
             // What a peer that adapts its redundancy needs: first transmissions missing.
             if seq >= self.rx_expected {
+                if seq > self.rx_expected {
+                    // A gap: repairs may follow, so keep what arrives from here on.
+                    self.fec_keep_until = self.fec_keep_until.max(seq + FEC_KEEP_AFTER);
+                }
                 self.rx_missing += seq - self.rx_expected;
                 self.rx_expected = seq + 1;
             }
@@ -1180,7 +1195,10 @@ impl Connection {
             self.stats.protocol_violations += 1;
             return;
         }
-        if let Some(decoder) = self.fec_decoder.as_mut() {
+        if let Some(decoder) = self.fec_decoder.as_mut().filter(|_| seq >= self.fec_keep_until) {
+            // Not kept: a repair that covers it cannot be used (and none is expected).
+            decoder.not_kept(seq);
+        } else if let Some(decoder) = self.fec_decoder.as_mut() {
             // Keep it for repairs still to come; it may complete one already here.
             let rebuilt = decoder.add_source(seq, fec::source_symbol(payload, fin));
             if !rebuilt.is_empty() {

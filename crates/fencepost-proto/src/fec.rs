@@ -263,6 +263,19 @@ impl Decoder {
         self.solve()
     }
 
+    /// Source `seq` arrived but is not kept: repairs covering it or anything before it
+    /// are useless from now on (counted as such when they come).
+    pub fn not_kept(&mut self, seq: u64) {
+        if self.floor > seq {
+            return;
+        }
+        self.floor = seq + 1;
+        if !self.known.is_empty() {
+            self.known.clear();
+        }
+        self.pending.retain(|e| e.coefficients.keys().all(|&s| s > seq));
+    }
+
     /// Everything before `seq` is delivered in order: forget it.
     pub fn delivered_below(&mut self, seq: u64) {
         let keep_from = seq.saturating_sub(self.keep as u64);
@@ -461,6 +474,35 @@ mod tests {
 
     fn payload(seq: u64) -> Vec<u8> {
         (0..(100 + seq as usize % 50)).map(|i| (i as u64 * 31 + seq * 7) as u8).collect()
+    }
+
+    #[test]
+    fn a_source_not_kept_makes_repairs_over_it_useless_and_later_ones_work() {
+        let mut enc = Encoder::new(16);
+        let mut dec = Decoder::new(64);
+        for seq in 0..20u64 {
+            enc.add(seq, source_symbol(&payload(seq), false));
+        }
+        // 0-11 arrive but are not kept (a clean spell); 12-19 are kept, except 14, lost.
+        for seq in 0..12u64 {
+            dec.not_kept(seq);
+        }
+        for seq in (12..20u64).filter(|&s| s != 14) {
+            assert!(dec.add_source(seq, source_symbol(&payload(seq), false)).is_empty());
+        }
+        // A repair over 8-19 names sources that were not kept: it cannot be used, and says so.
+        let (first, wide) = enc.repair(Scheme::Window, 12, 0).unwrap();
+        assert_eq!(first, 8);
+        assert!(dec.add_repair(Scheme::Window, first, 12, 0, &wide).is_empty());
+        assert_eq!(dec.repairs_useless, 1);
+        // One over 12-19 (the sender's history restarted after its own quiet spell) rebuilds 14.
+        let mut fresh = Encoder::new(16);
+        for seq in 12..20u64 {
+            fresh.add(seq, source_symbol(&payload(seq), false));
+        }
+        let (first, narrow) = fresh.repair(Scheme::Window, 8, 1).unwrap();
+        let rebuilt = dec.add_repair(Scheme::Window, first, 8, 1, &narrow);
+        assert_eq!(rebuilt, vec![(14, source_symbol(&payload(14), false))]);
     }
 
     #[test]
