@@ -192,7 +192,7 @@ async fn fencepost(args: &Args) -> Result<serde_json::Value> {
             sends.spawn(async move { tools::send(&endpoint, addr, Amount::Bytes(share), Duration::from_secs(3600), verify, |_| {}).await });
         }
         let (mut delivered, mut retransmissions, mut one_connection_s) = (0u64, 0u64, 0f64);
-        let (mut lost, mut spurious, mut timeouts) = (0u64, 0u64, 0u64);
+        let (mut lost, mut spurious, mut timeouts, mut repairs) = (0u64, 0u64, 0u64, 0u64);
         while let Some(done) = sends.join_next().await {
             let s = done??;
             if !s.complete {
@@ -203,6 +203,7 @@ async fn fencepost(args: &Args) -> Result<serde_json::Value> {
             lost += s.packets_lost;
             spurious += s.spurious_retransmissions;
             timeouts += s.retransmission_timeouts;
+            repairs += s.redundant_packets_sent;
             one_connection_s = s.duration_s;
         }
         // One connection is timed like the other transports (from the handshake's end);
@@ -214,6 +215,7 @@ async fn fencepost(args: &Args) -> Result<serde_json::Value> {
         fields["packets_lost"] = lost.into();
         fields["spurious_retransmissions"] = spurious.into();
         fields["retransmission_timeouts"] = timeouts.into();
+        fields["redundant_packets_sent"] = repairs.into();
         return Ok(fields);
     }
     let mut conn = endpoint.connect(args.addr).await?;

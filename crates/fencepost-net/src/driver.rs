@@ -77,8 +77,12 @@ async fn run(shared: Arc<Shared>, socket: tokio::net::UdpSocket) {
             }
             collect_transmits(&mut st, now, &mut scratch, &mut batches, &mut spare, max_segments);
             dispatch(&mut st, &mut closing);
-            st.proto.poll_timeout()
+            let deadline = st.proto.poll_timeout();
+            st.driver_deadline = deadline;
+            st.driver_sending = !batches.is_empty();
+            deadline
         };
+        let sending = !batches.is_empty();
         for batch in batches.drain(..) {
             if let Err(e) = send(&shared, &socket, &batch).await {
                 // A datagram the kernel refuses (a vanished route, ICMP feedback) is a lost
@@ -94,6 +98,9 @@ async fn run(shared: Arc<Shared>, socket: tokio::net::UdpSocket) {
             if spare.len() < SPARE_BATCHES {
                 spare.push(batch.data);
             }
+        }
+        if sending {
+            shared.lock().driver_sending = false;
         }
         // Only now: the last ack a closed connection owed its peer is on the wire, and an
         // application that exits as soon as `closed()` returns cannot take it with it.

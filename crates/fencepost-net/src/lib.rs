@@ -182,10 +182,21 @@ struct State {
     stopped: Option<String>,
     /// Stateless answers (refusals) waiting to be sent: (destination, datagram).
     responses: Vec<(SocketAddr, Vec<u8>)>,
+    /// The deadline the driver sleeps until (`None`: nothing scheduled), so that a send from
+    /// another thread knows whether it moved a timer earlier than the driver will look.
+    driver_deadline: Option<fencepost_proto::Instant>,
+    /// Room for one datagram built on an application's thread.
+    inline_scratch: Vec<u8>,
+    /// The driver holds datagrams taken from the core and not yet on the wire: a send from
+    /// another thread now could overtake them (and reordering looks like loss to the peer).
+    driver_sending: bool,
 }
 
 struct Shared {
     udp: quinn_udp::UdpSocketState,
+    /// The endpoint's socket (a second descriptor for it) for sends from the application's
+    /// threads: a write to an idle connection sends its first packets at once (see `send_inline`).
+    inline_socket: std::net::UdpSocket,
     state: Mutex<State>,
     wake_driver: tokio::sync::Notify,
     epoch: std::time::Instant,
@@ -202,7 +213,49 @@ impl Shared {
     fn now(&self) -> fencepost_proto::Instant {
         fencepost_proto::Instant::from_micros(self.epoch.elapsed().as_micros() as u64)
     }
+
+    /// Sends what is due now, up to [`INLINE_DATAGRAMS`] datagrams, from the calling thread:
+    /// a request written to an idle connection leaves without waiting for the driver's
+    /// thread to wake (a round trip of small messages crossed four thread hand-offs where
+    /// TCP has two). Returns whether the driver must still look: more is due, a datagram
+    /// could not be sent here, or a timer now falls before the one it sleeps until.
+    fn send_inline(&self, st: &mut State) -> bool {
+        if st.driver_sending {
+            return true;
+        }
+        let now = self.now();
+        let mut scratch = std::mem::take(&mut st.inline_scratch);
+        let mut wake = false;
+        let mut sent = 0;
+        while sent < INLINE_DATAGRAMS {
+            let Some((destination, transmit)) = st.proto.poll_transmit(now, &mut scratch) else { break };
+            let datagram = &scratch[..transmit.size];
+            let out = quinn_udp::Transmit { destination, ecn: None, contents: datagram, segment_size: None, src_ip: None };
+            if self.udp.try_send((&self.inline_socket).into(), &out).is_err() {
+                // A full socket buffer (or anything else): the driver sends it, and waits if it must.
+                st.responses.push((destination, datagram.to_vec()));
+                wake = true;
+                break;
+            }
+            sent += 1;
+        }
+        st.inline_scratch = scratch;
+        if sent == INLINE_DATAGRAMS {
+            wake = true;
+        }
+        // Sending armed timers (retransmission, pacing); the driver must wake for the earliest.
+        match (st.proto.poll_timeout(), st.driver_deadline) {
+            (Some(at), Some(sleeping_until)) if at >= sleeping_until => {}
+            (None, _) => {}
+            _ => wake = true,
+        }
+        wake
+    }
 }
+
+/// Datagrams a write to an idle connection sends on the writer's own thread; the rest
+/// (a bulk writer's) go through the driver, in GSO batches.
+const INLINE_DATAGRAMS: usize = 4;
 
 /// One UDP socket serving many connections.
 #[derive(Clone)]
@@ -221,6 +274,7 @@ impl Endpoint {
         let _ = udp.set_send_buffer_size((&std_socket).into(), 8 << 20);
         force_recv_buffer(&std_socket, RECV_BUFFER_FORCED);
         let local_addr = std_socket.local_addr().map_err(NetError::Io)?;
+        let inline_socket = std_socket.try_clone().map_err(NetError::Io)?;
         let mut transport = config.transport.clone();
         transport.timer_granularity = transport.timer_granularity.max(TIMER_GRANULARITY);
         let proto_config = ProtoEndpointConfig {
@@ -234,6 +288,7 @@ impl Endpoint {
         getrandom::fill(&mut entropy).map_err(|e| NetError::Io(io::Error::other(format!("the OS's random source failed: {e}"))))?;
         let shared = Arc::new(Shared {
             udp,
+            inline_socket,
             state: Mutex::new(State {
                 proto: ProtoEndpoint::with_entropy(proto_config, entropy),
                 waiters: HashMap::new(),
@@ -241,6 +296,9 @@ impl Endpoint {
                 accept_waiter: WakerSet::default(),
                 stopped: None,
                 responses: Vec::new(),
+                driver_deadline: None,
+                inline_scratch: vec![0u8; 65_536],
+                driver_sending: false,
             }),
             wake_driver: tokio::sync::Notify::new(),
             epoch: std::time::Instant::now(),
@@ -538,9 +596,12 @@ impl Connection {
                 Poll::Pending
             }
             Ok(n) => {
-                drop(st);
                 if was_idle {
-                    self.shared.wake_driver.notify_one();
+                    let wake = self.shared.send_inline(&mut st);
+                    drop(st);
+                    if wake {
+                        self.shared.wake_driver.notify_one();
+                    }
                 }
                 Poll::Ready(Ok(n))
             }

@@ -434,6 +434,8 @@ pub struct SendSummary {
     /// on a loss-free path, retransmissions with these show a sender that gave up too soon.
     pub packets_lost: u64,
     pub spurious_retransmissions: u64,
+    /// Repair packets (FEC repairs or copies) sent beside the data.
+    pub redundant_packets_sent: u64,
     pub retransmission_timeouts: u64,
     pub acks_received: u64,
     pub rtt_ms: f64,
@@ -596,6 +598,7 @@ pub async fn send_stream(
         retransmissions: stats.retransmissions,
         packets_lost: stats.packets_lost,
         spurious_retransmissions: stats.spurious_retransmissions,
+        redundant_packets_sent: stats.redundant_packets_sent,
         retransmission_timeouts: stats.retransmission_timeouts,
         acks_received: stats.acks_received,
         rtt_ms: srtt.as_secs_f64() * 1e3,

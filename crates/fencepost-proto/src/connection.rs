@@ -323,12 +323,17 @@ pub struct Connection {
     rx_missing: u64,
     /// `rx_expected` when feedback last left; feedback is due every [`FEEDBACK_EVERY`] packets.
     feedback_sent_at: u64,
+    /// `rx_missing` when feedback last left.
+    feedback_missing_at: u64,
     /// Losses already told to the redundancy stage.
     losses_reported: u64,
 }
 
-/// Data packets between two feedback packets to a peer that sends repairs.
+/// Data packets between two feedback packets to a peer that sends repairs, while packets go missing.
 const FEEDBACK_EVERY: u64 = 32;
+/// The same on a path that has lost nothing for a while (see `fec_keep_until`): the peer
+/// learns nothing new from each, and at 32 they were two thirds as many packets as the acks.
+const FEEDBACK_EVERY_CLEAN: u64 = 256;
 /// Source packets a decoder keeps to rebuild from (the longest repair span the stages send, and some).
 const FEC_DECODER_KEEP: usize = 512;
 /// Source packets kept from a connection's start (an adaptive stream's repairs before any measurement).
@@ -422,6 +427,7 @@ impl Connection {
             rx_expected: 0,
             rx_missing: 0,
             feedback_sent_at: 0,
+            feedback_missing_at: 0,
             losses_reported: 0,
             config,
         }
@@ -1077,9 +1083,12 @@ impl Connection {
         if self.ack_now {
             return self.emit_ack(now, buf);
         }
-        if self.fec_decoder.is_some() && self.peer_redundancy.adapts() && self.rx_expected >= self.feedback_sent_at + FEEDBACK_EVERY {
+        // Past the decoder's keeping window nothing went missing (nor came a repair) for 1,024 packets.
+        let feedback_every = if self.rx_expected >= self.fec_keep_until && self.rx_missing == self.feedback_missing_at { FEEDBACK_EVERY_CLEAN } else { FEEDBACK_EVERY };
+        if self.fec_decoder.is_some() && self.peer_redundancy.adapts() && self.rx_expected >= self.feedback_sent_at + feedback_every {
             // The peer's repairs follow the loss: tell it what the path loses.
             self.feedback_sent_at = self.rx_expected;
+            self.feedback_missing_at = self.rx_missing;
             let packet = Packet { dst_cid: self.peer_cid, body: Body::Feedback(Feedback { expected: self.rx_expected, missing: self.rx_missing }) };
             self.stats.feedback_sent += 1;
             return self.emit(now, &packet, buf, None, false);
