@@ -26,6 +26,10 @@ fuzz_target!(|data: &[u8]| {
         if head[0] & 4 != 0 {
             decoder.delivered_below(seq);
         }
+        if head[0] & 8 != 0 {
+            // A source that arrived but was not kept (a receiver between repairs).
+            decoder.not_kept(seq);
+        }
         rest = tail;
     }
 });

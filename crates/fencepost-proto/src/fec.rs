@@ -634,6 +634,10 @@ mod crafted {
                 if next() % 10 == 0 {
                     d.delivered_below(next() % 48);
                 }
+                if next() % 12 == 0 {
+                    // A source that arrived but was not kept (a receiver between repairs).
+                    d.not_kept(next() % 48);
+                }
             }
         }
         // Some of the random repairs happen to pin down a well-formed symbol; most do not.
