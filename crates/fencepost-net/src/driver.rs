@@ -12,16 +12,48 @@ use tokio::io::Interest;
 const RECV_BUF: usize = 65_536;
 /// Receive batches handled before transmitting again, so a flood of input cannot starve output.
 const RECV_ROUNDS: usize = 8;
-/// Batch buffers kept for reuse between rounds.
-const SPARE_BATCHES: usize = 16;
+/// Batch buffers kept for reuse between rounds: a window sent in one round takes dozens,
+/// and a new one is zeroed before the core writes into it (4 MiB at most are kept).
+const SPARE_BATCHES: usize = 64;
+/// A batch buffer's size: room for the largest datagram the core writes.
+const BATCH_BUF: usize = 65_536;
+/// The most bytes one GSO send carries (the kernel's limit is a 64 KiB IP packet).
+const GSO_BYTES: usize = 65_000;
 
 /// Datagrams for one destination, of one size (the last may be shorter), sent in one
 /// system call with generic segmentation offload when there are several.
 struct Batch {
     destination: SocketAddr,
+    /// [`BATCH_BUF`] bytes, the datagrams in `data[..len]`: the core writes each datagram
+    /// straight after the previous one, so nothing is copied between core and socket.
     data: Vec<u8>,
+    len: usize,
     segment: usize,
     count: usize,
+}
+
+impl Batch {
+    fn contents(&self) -> &[u8] {
+        &self.data[..self.len]
+    }
+
+    /// Whether a datagram of up to `max_datagram` bytes may be written after the batch's
+    /// own (it joins if it also goes to the same destination and is no longer than the rest).
+    fn open_for(&self, max_datagram: usize, max_segments: usize) -> bool {
+        self.count < max_segments
+            // Only the last segment of a GSO send may be short.
+            && self.len == self.count * self.segment
+            && self.len + max_datagram <= GSO_BYTES.min(self.data.len())
+    }
+
+    fn joins(&self, destination: SocketAddr, size: usize, max_segments: usize) -> bool {
+        self.destination == destination && size <= self.segment && self.open_for(size, max_segments)
+    }
+}
+
+/// A batch buffer: a spare one, or a new one.
+fn buffer(spare: &mut Vec<Vec<u8>>) -> Vec<u8> {
+    spare.pop().unwrap_or_else(|| vec![0; BATCH_BUF])
 }
 
 /// Runs the driver on a thread of its own, with a single-threaded runtime for the socket
@@ -46,7 +78,7 @@ pub(crate) fn start(shared: Arc<Shared>, socket: std::net::UdpSocket) -> io::Res
 async fn run(shared: Arc<Shared>, socket: tokio::net::UdpSocket) {
     let mut storage = vec![0u8; RECV_BUF * BATCH_SIZE];
     let mut metas = vec![RecvMeta::default(); BATCH_SIZE];
-    let mut scratch = vec![0u8; 65_536];
+    let max_datagram = shared.config.transport.max_datagram().min(BATCH_BUF);
     let mut batches: Vec<Batch> = Vec::new();
     let mut spare: Vec<Vec<u8>> = Vec::new();
     let max_segments = shared.udp.max_gso_segments().max(1);
@@ -65,7 +97,7 @@ async fn run(shared: Arc<Shared>, socket: tokio::net::UdpSocket) {
             closing.wake();
             return;
         }
-        let deadline = {
+        let (deadline, sending) = {
             let mut st = shared.lock();
             if st.stopped.is_some() {
                 return;
@@ -75,14 +107,15 @@ async fn run(shared: Arc<Shared>, socket: tokio::net::UdpSocket) {
             for (destination, response) in st.responses.drain(..) {
                 add_to_batches(&mut batches, &mut spare, destination, &response, max_segments);
             }
-            collect_transmits(&mut st, now, &mut scratch, &mut batches, &mut spare, max_segments);
+            collect_transmits(&mut st, now, max_datagram, &mut batches, &mut spare, max_segments);
             dispatch(&mut st, &mut closing);
             let deadline = st.proto.poll_timeout();
             st.driver_deadline = deadline;
-            st.driver_sending = !batches.is_empty();
-            deadline
+            // While the driver holds datagrams, a writer's thread must not send past them.
+            let sending = !batches.is_empty();
+            st.driver_sending = sending;
+            (deadline, sending)
         };
-        let sending = !batches.is_empty();
         for batch in batches.drain(..) {
             if let Err(e) = send(&shared, &socket, &batch).await {
                 // A datagram the kernel refuses (a vanished route, ICMP feedback) is a lost
@@ -93,9 +126,7 @@ async fn run(shared: Arc<Shared>, socket: tokio::net::UdpSocket) {
                     return;
                 }
             }
-            // A flood of handshakes makes a batch per source address; keep only a few buffers
-            // for later, or each would stay as large as the biggest batch it ever held.
-            if spare.len() < SPARE_BATCHES {
+            if spare.len() < SPARE_BATCHES && batch.data.len() == BATCH_BUF {
                 spare.push(batch.data);
             }
         }
@@ -165,11 +196,12 @@ fn receive(shared: &Shared, socket: &tokio::net::UdpSocket, storage: &mut [u8], 
         let mut st = shared.lock();
         let now = shared.now();
         let mut response = [0u8; 64];
-        for (meta, buf) in metas.iter().take(count).zip(storage.chunks(RECV_BUF)) {
+        for (meta, buf) in metas.iter().take(count).zip(storage.chunks_mut(RECV_BUF)) {
             let stride = meta.stride.max(1);
             // With GRO one buffer holds several datagrams of `stride` bytes (the last may be shorter).
-            for datagram in buf[..meta.len].chunks(stride) {
-                match st.proto.handle_datagram(now, normalize(meta.addr), datagram, &mut response) {
+            // Each is opened where it lies: the buffer is refilled by the next receive anyway.
+            for datagram in buf[..meta.len].chunks_mut(stride) {
+                match st.proto.handle_datagram_in_place(now, normalize(meta.addr), datagram, &mut response) {
                     Some(DatagramEvent::NewConnection(incoming)) => {
                         // The endpoint already refused what exceeds max_connections; a server takes the rest.
                         if let Ok(handle) = st.proto.accept(incoming) {
@@ -200,38 +232,67 @@ fn normalize(addr: SocketAddr) -> SocketAddr {
     }
 }
 
+/// Everything the connections have to send now, written by the core straight into the
+/// batch buffers: after the last batch's datagrams while one more of any size fits there,
+/// else at the start of a new buffer.
 fn collect_transmits(
     st: &mut State,
     now: fencepost_proto::Instant,
-    scratch: &mut [u8],
+    max_datagram: usize,
     batches: &mut Vec<Batch>,
     spare: &mut Vec<Vec<u8>>,
     max_segments: usize,
 ) {
-    while let Some((destination, transmit)) = st.proto.poll_transmit(now, scratch) {
-        add_to_batches(batches, spare, destination, &scratch[..transmit.size], max_segments);
+    loop {
+        match batches.last_mut().filter(|b| b.open_for(max_datagram, max_segments)) {
+            Some(b) => {
+                let start = b.len;
+                let Some((destination, transmit)) = st.proto.poll_transmit(now, &mut b.data[start..start + max_datagram]) else { return };
+                if destination == b.destination && transmit.size <= b.segment {
+                    // open_for(max_datagram) held, so it fits the GSO limit too.
+                    b.len += transmit.size;
+                    b.count += 1;
+                } else {
+                    // Another destination or a longer datagram: it starts a batch of its own.
+                    let mut data = buffer(spare);
+                    data[..transmit.size].copy_from_slice(&b.data[start..start + transmit.size]);
+                    batches.push(Batch { destination, data, len: transmit.size, segment: transmit.size, count: 1 });
+                }
+            }
+            None => {
+                let mut data = buffer(spare);
+                let Some((destination, transmit)) = st.proto.poll_transmit(now, &mut data[..max_datagram]) else {
+                    spare.push(data);
+                    return;
+                };
+                batches.push(Batch { destination, data, len: transmit.size, segment: transmit.size, count: 1 });
+            }
+        }
     }
 }
 
-/// Appends a datagram to the last batch if GSO can carry it there, or starts a new batch.
+/// Appends a datagram written elsewhere (a stateless response, one the writer's thread
+/// could not send) to the last batch if GSO can carry it there, or starts a new batch.
 fn add_to_batches(batches: &mut Vec<Batch>, spare: &mut Vec<Vec<u8>>, destination: SocketAddr, datagram: &[u8], max_segments: usize) {
-    let joins = batches.last().is_some_and(|b| {
-        b.destination == destination
-            && b.count < max_segments
-            && datagram.len() <= b.segment
-            // Only the last segment of a GSO send may be short.
-            && b.data.len() == b.count * b.segment
-            && b.data.len() + datagram.len() <= 65_000
-    });
-    if joins {
+    if datagram.len() > BATCH_BUF {
+        return; // never written by the core; a datagram UDP cannot carry anyway
+    }
+    if batches.last().is_some_and(|b| b.joins(destination, datagram.len(), max_segments)) {
         let b = batches.last_mut().expect("checked above");
-        b.data.extend_from_slice(datagram);
+        b.data[b.len..b.len + datagram.len()].copy_from_slice(datagram);
+        b.len += datagram.len();
         b.count += 1;
     } else {
-        let mut data = spare.pop().unwrap_or_default();
-        data.clear();
-        data.extend_from_slice(datagram);
-        batches.push(Batch { destination, data, segment: datagram.len(), count: 1 });
+        // A flood of handshakes makes a batch per source address: without a spare buffer,
+        // one just the datagram's size (the core then writes into buffers of its own).
+        let data = match spare.pop() {
+            Some(mut data) => {
+                data[..datagram.len()].copy_from_slice(datagram);
+                data
+            }
+            None => datagram.to_vec(),
+        };
+        batches.push(Batch { destination, data, len: datagram.len(), segment: datagram.len(), count: 1 });
     }
 }
 
@@ -239,7 +300,7 @@ async fn send(shared: &Shared, socket: &tokio::net::UdpSocket, batch: &Batch) ->
     let transmit = Transmit {
         destination: batch.destination,
         ecn: None,
-        contents: &batch.data,
+        contents: batch.contents(),
         segment_size: (batch.count > 1).then_some(batch.segment),
         src_ip: None,
     };

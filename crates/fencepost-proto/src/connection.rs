@@ -638,31 +638,60 @@ impl Connection {
     /// Handles one datagram addressed to this connection. Malformed, foreign and
     /// contradictory packets are counted in [`ConnectionStats`] and dropped.
     pub fn handle_datagram(&mut self, now: Instant, datagram: &[u8]) {
+        if self.handled_unsealed(now, datagram) {
+            return;
+        }
+        let mut scratch = std::mem::take(&mut self.open_scratch);
+        let opened = self.protection.open(datagram, &mut scratch);
+        self.handle_opened(now, opened);
+        self.open_scratch = scratch;
+    }
+
+    /// [`Connection::handle_datagram`] for a datagram the caller lets it overwrite: packet
+    /// protection opens it where it lies, without a copy.
+    pub fn handle_datagram_in_place(&mut self, now: Instant, datagram: &mut [u8]) {
+        if self.handled_unsealed(now, datagram) {
+            return;
+        }
+        let mut scratch = std::mem::take(&mut self.open_scratch);
+        let opened = self.protection.open_in_place(datagram, &mut scratch);
+        self.handle_opened(now, opened);
+        self.open_scratch = scratch;
+    }
+
+    /// Handles (or drops) a datagram that packet protection does not open: malformed,
+    /// of the wrong version, or a handshake or reset, which carry their own proof.
+    /// Returns false for a sealed packet, which the caller opens.
+    fn handled_unsealed(&mut self, now: Instant, datagram: &[u8]) -> bool {
         let Ok(header) = Header::peek(datagram) else {
             self.stats.malformed_packets += 1;
-            return;
+            return true;
         };
         if header.version != self.config.protection.wire_version() {
             // Plaintext packets never reach a protected connection, nor the reverse.
             self.stats.unauthenticated_packets += 1;
-            return;
+            return true;
         }
         if header.version == wire::VERSION_2 {
             match header.packet_type {
-                PacketType::Handshake => return self.handle_secure_handshake(now, datagram),
-                PacketType::StatelessReset => return self.handle_stateless_reset(now, datagram),
-                _ => {}
+                PacketType::Handshake => self.handle_secure_handshake(now, datagram),
+                PacketType::StatelessReset => self.handle_stateless_reset(now, datagram),
+                _ => return false,
             }
         } else if header.packet_type == PacketType::Handshake {
-            return self.handle_plain_datagram(now, datagram);
+            self.handle_plain_datagram(now, datagram);
+        } else {
+            return false;
         }
-        let mut scratch = std::mem::take(&mut self.open_scratch);
-        match self.protection.open(datagram, &mut scratch) {
+        true
+    }
+
+    fn handle_opened(&mut self, now: Instant, opened: Result<&[u8], crate::ProtectionError>) {
+        match opened {
             Ok(plain) => self.handle_plain_datagram(now, plain),
             Err(e) if e == crate::ProtectionError::REPLAYED => self.stats.replayed_packets += 1,
             Err(_) => self.stats.unauthenticated_packets += 1,
         }
-        self.open_scratch = scratch;
     }
 
     /// A version 2 handshake packet: a repeated Initial (server), a Retry or the Accept (client).
@@ -1050,6 +1079,15 @@ impl Connection {
 
     /// Writes the next datagram to send into `buf` (which must hold at least
     /// `config().max_datagram()` bytes). `None` when nothing may be sent now.
+    /// Whether the peer's adaptive redundancy is owed a report of what the path loses:
+    /// every [`FEEDBACK_EVERY`] packets, or [`FEEDBACK_EVERY_CLEAN`] in a clean spell (no
+    /// repair for 1,024 packets and nothing missing since the last report).
+    fn feedback_due(&self) -> bool {
+        let clean = self.rx_expected >= self.fec_keep_until && self.rx_missing == self.feedback_missing_at;
+        let every = if clean { FEEDBACK_EVERY_CLEAN } else { FEEDBACK_EVERY };
+        self.rx_expected >= self.feedback_sent_at + every
+    }
+
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         if let Some(reason) = self.reset_due.take() {
             let packet = Packet { dst_cid: self.peer_cid, body: Body::Reset(Reset { reason }) };
@@ -1085,9 +1123,7 @@ impl Connection {
         if self.ack_now {
             return self.emit_ack(now, buf);
         }
-        // No repair for 1,024 packets and nothing missing since the last feedback: a clean spell.
-        let feedback_every = if self.rx_expected >= self.fec_keep_until && self.rx_missing == self.feedback_missing_at { FEEDBACK_EVERY_CLEAN } else { FEEDBACK_EVERY };
-        if self.fec_decoder.is_some() && self.peer_redundancy.adapts() && self.rx_expected >= self.feedback_sent_at + feedback_every {
+        if self.fec_decoder.is_some() && self.peer_redundancy.adapts() && self.feedback_due() {
             // The peer's repairs follow the loss: tell it what the path loses.
             self.feedback_sent_at = self.rx_expected;
             self.feedback_missing_at = self.rx_missing;
@@ -1202,18 +1238,21 @@ impl Connection {
             self.stats.protocol_violations += 1;
             return;
         }
-        if let Some(decoder) = self.fec_decoder.as_mut().filter(|_| seq >= self.fec_keep_until) {
+        let keep = seq < self.fec_keep_until;
+        match self.fec_decoder.as_mut() {
             // Not kept: a repair that covers it cannot be used (and none is expected).
-            decoder.not_kept(seq);
-        } else if let Some(decoder) = self.fec_decoder.as_mut() {
-            // Keep it for repairs still to come; it may complete one already here.
-            let rebuilt = decoder.add_source(seq, fec::source_symbol(payload, fin));
-            if !rebuilt.is_empty() {
-                // Handle this packet first, then what it let rebuild.
-                self.insert_data(now, seq, timestamp, previous_timestamp, payload, fin);
-                self.take_rebuilt(now, rebuilt);
-                return;
+            Some(decoder) if !keep => decoder.not_kept(seq),
+            Some(decoder) => {
+                // Keep it for repairs still to come; it may complete one already here.
+                let rebuilt = decoder.add_source_packet(seq, payload, fin);
+                if !rebuilt.is_empty() {
+                    // Handle this packet first, then what it let rebuild.
+                    self.insert_data(now, seq, timestamp, previous_timestamp, payload, fin);
+                    self.take_rebuilt(now, rebuilt);
+                    return;
+                }
             }
+            None => {}
         }
         self.insert_data(now, seq, timestamp, previous_timestamp, payload, fin);
     }

@@ -519,6 +519,28 @@ impl AeadProtection {
     }
 }
 
+/// Version 1's header (version, type, connection id), which a protected packet's begins with.
+const V1_HEADER_LEN: usize = 6;
+
+impl AeadProtection {
+    /// The packet number of a datagram that may be a protected packet, unless it is
+    /// too short, of another version, or one already opened.
+    fn fresh_packet_number(&self, datagram: &[u8]) -> Result<u64, ProtectionError> {
+        if datagram.len() < PROTECTED_HEADER_LEN + TAG_LEN {
+            return Err(ProtectionError("too short to be a protected packet"));
+        }
+        if datagram[0] != 2 {
+            return Err(ProtectionError("not a protected packet"));
+        }
+        let truncated = u32::from_be_bytes([datagram[6], datagram[7], datagram[8], datagram[9]]);
+        let pn = crate::wire::expand_seq(truncated, self.replay.expected());
+        if !self.replay.is_fresh(pn) {
+            return Err(ProtectionError::REPLAYED);
+        }
+        Ok(pn)
+    }
+}
+
 impl PacketProtection for AeadProtection {
     fn overhead(&self) -> usize {
         PROTECTION_OVERHEAD
@@ -527,7 +549,7 @@ impl PacketProtection for AeadProtection {
     /// `packet[..len]` is the packet as version 1 lays it out (6-byte header, then the
     /// body). The body moves 4 bytes on to make room for the packet number, and is sealed.
     fn seal(&mut self, packet: &mut [u8], len: usize) -> Result<usize, ProtectionError> {
-        const V1_HEADER: usize = 6;
+        const V1_HEADER: usize = V1_HEADER_LEN;
         let sealed = len + PROTECTION_OVERHEAD;
         if len < V1_HEADER || packet.len() < sealed {
             return Err(ProtectionError("no room to seal the packet"));
@@ -549,17 +571,7 @@ impl PacketProtection for AeadProtection {
 
     /// Opens into `scratch`, laid out as version 1 (header, then the plaintext body).
     fn open<'a>(&mut self, datagram: &'a [u8], scratch: &'a mut Vec<u8>) -> Result<&'a [u8], ProtectionError> {
-        if datagram.len() < PROTECTED_HEADER_LEN + TAG_LEN {
-            return Err(ProtectionError("too short to be a protected packet"));
-        }
-        if datagram[0] != 2 {
-            return Err(ProtectionError("not a protected packet"));
-        }
-        let truncated = u32::from_be_bytes([datagram[6], datagram[7], datagram[8], datagram[9]]);
-        let pn = crate::wire::expand_seq(truncated, self.replay.expected());
-        if !self.replay.is_fresh(pn) {
-            return Err(ProtectionError::REPLAYED);
-        }
+        let pn = self.fresh_packet_number(datagram)?;
         scratch.clear();
         scratch.extend_from_slice(&datagram[..6]);
         scratch[0] = 1;
@@ -572,6 +584,25 @@ impl PacketProtection for AeadProtection {
         scratch.truncate(6 + plain);
         self.replay.mark(pn);
         Ok(&scratch[..])
+    }
+
+    /// Opens the body where it lies and writes version 1's header over the end of the
+    /// protected one (once it has been authenticated), so the plaintext packet is one
+    /// slice of `datagram`.
+    fn open_in_place<'a>(&mut self, datagram: &'a mut [u8], _scratch: &'a mut Vec<u8>) -> Result<&'a [u8], ProtectionError> {
+        let pn = self.fresh_packet_number(datagram)?;
+        let (header, body) = datagram.split_at_mut(PROTECTED_HEADER_LEN);
+        let plain = self
+            .open_key
+            .open_in_place(nonce(pn), Aad::from(&header[..]), body)
+            .map_err(|_| ProtectionError("the packet does not authenticate"))?
+            .len();
+        let mut v1_header = [0u8; V1_HEADER_LEN];
+        v1_header.copy_from_slice(&header[..V1_HEADER_LEN]);
+        v1_header[0] = 1;
+        header[PROTECTED_HEADER_LEN - V1_HEADER_LEN..].copy_from_slice(&v1_header);
+        self.replay.mark(pn);
+        Ok(&datagram[PROTECTED_HEADER_LEN - V1_HEADER_LEN..PROTECTED_HEADER_LEN + plain])
     }
 
     fn name(&self) -> &str {
@@ -742,10 +773,20 @@ mod tests {
                     forged[i] ^= 0x20;
                     assert!(s.open(&forged[..n], &mut scratch).is_err(), "byte {i} flipped");
                 }
-                // The other direction.
+                // The other direction, opened in place: the same plaintext, the same refusals.
                 buf[..plain.len()].copy_from_slice(&plain);
                 let n = s.seal(&mut buf, plain.len()).unwrap();
-                assert_eq!(c.open(&buf[..n], &mut scratch).unwrap(), &plain);
+                for i in 0..n {
+                    let mut forged = buf;
+                    forged[i] ^= 0x20;
+                    assert!(c.open_in_place(&mut forged[..n], &mut scratch).is_err(), "byte {i} flipped");
+                }
+                let mut copy = buf;
+                scratch.clear();
+                assert_eq!(c.open_in_place(&mut copy[..n], &mut scratch).unwrap(), &plain);
+                assert!(scratch.is_empty(), "opened where it lay, not copied");
+                let mut again = buf;
+                assert_eq!(c.open_in_place(&mut again[..n], &mut scratch).unwrap_err(), ProtectionError::REPLAYED);
             }
         }
         let impostor = StaticKey::from_seed([10; 32]);

@@ -110,6 +110,14 @@ pub enum DatagramEvent<A> {
     Response { destination: A, transmit: Transmit },
 }
 
+/// Where [`Endpoint::route`] sends a datagram.
+enum Routed<A> {
+    /// To this connection.
+    Deliver(u32),
+    /// Nowhere further: this is what it led to.
+    Done(Option<DatagramEvent<A>>),
+}
+
 /// A handshake Initial the endpoint has not yet decided on. Holds no connection state
 /// (with protection, its address has been validated by a retry token).
 #[derive(Debug)]
@@ -351,37 +359,55 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
     /// Routes one datagram. `buf` receives a stateless response, if one is due.
     /// `None`: the datagram was dropped (and counted in [`EndpointStats`]).
     pub fn handle_datagram(&mut self, now: Instant, remote: A, datagram: &[u8], buf: &mut [u8]) -> Option<DatagramEvent<A>> {
+        match self.route(now, remote, datagram, buf) {
+            Routed::Deliver(cid) => self.deliver(cid, |c| c.handle_datagram(now, datagram)),
+            Routed::Done(event) => event,
+        }
+    }
+
+    /// [`Endpoint::handle_datagram`] for a datagram the caller may overwrite: a protected
+    /// packet is opened where it lies instead of being copied first (the driver's receive
+    /// buffers are reused for the next datagrams anyway).
+    pub fn handle_datagram_in_place(&mut self, now: Instant, remote: A, datagram: &mut [u8], buf: &mut [u8]) -> Option<DatagramEvent<A>> {
+        match self.route(now, remote, datagram, buf) {
+            Routed::Deliver(cid) => self.deliver(cid, |c| c.handle_datagram_in_place(now, datagram)),
+            Routed::Done(event) => event,
+        }
+    }
+
+    /// Where a datagram goes: to a connection, or answered (or dropped) here.
+    fn route(&mut self, now: Instant, remote: A, datagram: &[u8], buf: &mut [u8]) -> Routed<A> {
         self.stats.datagrams_received += 1;
         self.stats.bytes_received += datagram.len() as u64;
         let header = match Header::peek(datagram) {
             Ok(h) => h,
             Err(_) => {
                 self.stats.malformed += 1;
-                return None;
+                return Routed::Done(None);
             }
         };
         if header.version != self.config.transport.protection.wire_version() {
             self.stats.wrong_version += 1;
-            return None;
+            return Routed::Done(None);
         }
         if header.packet_type == PacketType::StatelessReset {
             // It names the peer's id (the one the peer lost), not ours.
             let Some(&cid) = self.by_peer.get(&(remote, header.dst_cid)) else {
                 self.stats.unknown_connection += 1;
-                return None;
+                return Routed::Done(None);
             };
-            return self.deliver(now, cid, datagram);
+            return Routed::Deliver(cid);
         }
         if header.dst_cid != 0 {
             let Some(entry) = self.connections.get_mut(&header.dst_cid) else {
                 self.stats.unknown_connection += 1;
-                return self.stateless_reset(&header, datagram.len(), remote, buf);
+                return Routed::Done(self.stateless_reset(&header, datagram.len(), remote, buf));
             };
             if entry.remote != remote {
                 self.stats.wrong_address += 1;
-                return None;
+                return Routed::Done(None);
             }
-            return self.deliver(now, header.dst_cid, datagram);
+            return Routed::Deliver(header.dst_cid);
         }
         // Only a handshake Initial carries connection id 0.
         let (hello, token) = if header.version == wire::VERSION {
@@ -389,7 +415,7 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
                 Ok(Packet { body: Body::Handshake(hs), .. }) if hs.phase == HandshakePhase::Initial => (Hello::V1(hs), None),
                 _ => {
                     self.stats.malformed += 1;
-                    return None;
+                    return Routed::Done(None);
                 }
             }
         } else {
@@ -399,19 +425,19 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
                 }
                 _ => {
                     self.stats.malformed += 1;
-                    return None;
+                    return Routed::Done(None);
                 }
             }
         };
         if let Some(&cid) = self.by_peer.get(&(remote.clone(), hello.src_cid())) {
             if self.connections.contains_key(&cid) {
-                return self.deliver(now, cid, datagram);
+                return Routed::Deliver(cid);
             }
         }
         if !self.config.accept_incoming {
             // A client does not answer handshakes: that would make it a reflector.
             self.stats.refused += 1;
-            return None;
+            return Routed::Done(None);
         }
         if let (Some(token), Some(noise)) = (token, self.config.transport.protection.noise()) {
             if noise.validate_addresses {
@@ -421,21 +447,20 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
                     if !token.is_empty() {
                         self.stats.invalid_tokens += 1;
                     }
-                    return self.retry(now_ms, &hello, remote, buf);
+                    return Routed::Done(self.retry(now_ms, &hello, remote, buf));
                 }
             }
         }
         let incoming = Incoming { remote, hello, received: now };
         if self.connections.len() >= self.config.max_connections {
-            let (destination, transmit) = self.refuse(incoming, buf)?;
-            return Some(DatagramEvent::Response { destination, transmit });
+            return Routed::Done(self.refuse(incoming, buf).map(|(destination, transmit)| DatagramEvent::Response { destination, transmit }));
         }
-        Some(DatagramEvent::NewConnection(incoming))
+        Routed::Done(Some(DatagramEvent::NewConnection(incoming)))
     }
 
-    fn deliver(&mut self, now: Instant, cid: u32, datagram: &[u8]) -> Option<DatagramEvent<A>> {
+    fn deliver(&mut self, cid: u32, handle: impl FnOnce(&mut Connection)) -> Option<DatagramEvent<A>> {
         let entry = self.connections.get_mut(&cid)?;
-        entry.connection.handle_datagram(now, datagram);
+        handle(&mut entry.connection);
         if !entry.peer_known && entry.connection.peer_cid() != 0 {
             // A client learns its server's id from the Accept.
             entry.peer_known = true;

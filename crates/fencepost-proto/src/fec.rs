@@ -141,11 +141,19 @@ pub fn coefficient(scheme: Scheme, first: u64, span: usize, index: u8, j: usize)
 /// A data packet as a repair protects it.
 pub fn source_symbol(payload: &[u8], fin: bool) -> Vec<u8> {
     let mut s = Vec::with_capacity(3 + payload.len());
+    write_symbol(&mut s, payload, fin);
+    s
+}
+
+fn write_symbol(s: &mut Vec<u8>, payload: &[u8], fin: bool) {
+    s.clear();
     s.push(fin as u8);
     s.extend_from_slice(&(payload.len() as u16).to_be_bytes());
     s.extend_from_slice(payload);
-    s
 }
+
+/// Symbol buffers a decoder keeps for reuse: enough for a burst of kept sources.
+const SPARE_SYMBOLS: usize = 64;
 
 /// Reads a rebuilt symbol back into (payload, fin); `None` if it is not one.
 pub fn parse_symbol(symbol: &[u8]) -> Option<(&[u8], bool)> {
@@ -235,6 +243,9 @@ pub struct Decoder {
     /// Sources below this are delivered and forgotten: a repair covering them is trimmed.
     floor: u64,
     keep: usize,
+    /// Buffers of forgotten sources, reused for the next ones kept: on a receiver that
+    /// keeps every source for a while, allocating and freeing each was a tenth of its work.
+    spare: Vec<Vec<u8>>,
     pub rebuilt: u64,
     pub repairs_received: u64,
     pub repairs_useless: u64,
@@ -243,7 +254,24 @@ pub struct Decoder {
 impl Decoder {
     /// Holds up to `keep` known sources and as many pending equations.
     pub fn new(keep: usize) -> Decoder {
-        Decoder { known: BTreeMap::new(), pending: Vec::new(), floor: 0, keep: keep.max(8), rebuilt: 0, repairs_received: 0, repairs_useless: 0 }
+        Decoder { known: BTreeMap::new(), pending: Vec::new(), floor: 0, keep: keep.max(8), spare: Vec::new(), rebuilt: 0, repairs_received: 0, repairs_useless: 0 }
+    }
+
+    fn recycle(&mut self, symbol: Vec<u8>) {
+        if self.spare.len() < SPARE_SYMBOLS {
+            self.spare.push(symbol);
+        }
+    }
+
+    /// [`Decoder::add_source`] for a data packet's payload, made into a symbol in a
+    /// reused buffer (and not at all when it is not needed).
+    pub fn add_source_packet(&mut self, seq: u64, payload: &[u8], fin: bool) -> Vec<(u64, Vec<u8>)> {
+        if seq < self.floor || self.known.contains_key(&seq) {
+            return Vec::new();
+        }
+        let mut symbol = self.spare.pop().unwrap_or_default();
+        write_symbol(&mut symbol, payload, fin);
+        self.add_source(seq, symbol)
     }
 
     /// A source packet arrived (or was rebuilt). Returns sources rebuilt because of it.
@@ -253,8 +281,8 @@ impl Decoder {
         }
         self.known.insert(seq, symbol);
         while self.known.len() > self.keep {
-            let (&oldest, _) = self.known.iter().next().expect("not empty");
-            self.known.remove(&oldest);
+            let (oldest, symbol) = self.known.pop_first().expect("not empty");
+            self.recycle(symbol);
             self.floor = self.floor.max(oldest + 1);
         }
         // Equations naming sources forgotten without being known can never be used.
@@ -270,8 +298,8 @@ impl Decoder {
             return;
         }
         self.floor = seq + 1;
-        if !self.known.is_empty() {
-            self.known.clear();
+        while let Some((_, symbol)) = self.known.pop_first() {
+            self.recycle(symbol);
         }
         self.pending.retain(|e| e.coefficients.keys().all(|&s| s > seq));
     }
@@ -279,7 +307,10 @@ impl Decoder {
     /// Everything before `seq` is delivered in order: forget it.
     pub fn delivered_below(&mut self, seq: u64) {
         let keep_from = seq.saturating_sub(self.keep as u64);
-        self.known = self.known.split_off(&keep_from);
+        while let Some(entry) = self.known.first_entry().filter(|e| *e.key() < keep_from) {
+            let symbol = entry.remove();
+            self.recycle(symbol);
+        }
         self.floor = self.floor.max(keep_from);
         self.pending.retain(|e| e.coefficients.keys().any(|&s| s >= seq) && e.coefficients.keys().all(|&s| s >= keep_from));
     }

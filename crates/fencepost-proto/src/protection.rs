@@ -43,6 +43,13 @@ pub trait PacketProtection: fmt::Debug + Send {
     /// `datagram` itself when nothing changes, or `scratch` filled with the result.
     fn open<'a>(&mut self, datagram: &'a [u8], scratch: &'a mut Vec<u8>) -> Result<&'a [u8], ProtectionError>;
 
+    /// [`PacketProtection::open`] for a datagram it may overwrite: the plaintext packet
+    /// may be returned from within `datagram`, saving a copy. Unless a protection knows
+    /// better, it opens as `open` does.
+    fn open_in_place<'a>(&mut self, datagram: &'a mut [u8], scratch: &'a mut Vec<u8>) -> Result<&'a [u8], ProtectionError> {
+        self.open(datagram, scratch)
+    }
+
     fn name(&self) -> &str;
 }
 

@@ -451,7 +451,7 @@ impl Simulation {
                     }
                     if packet.to_server {
                         flow.last_rx_server = now;
-                        match flow.server.handle_datagram(now, CLIENT, &packet.datagram, &mut self.buf) {
+                        match flow.server.handle_datagram_in_place(now, CLIENT, &mut packet.datagram, &mut self.buf) {
                             Some(DatagramEvent::NewConnection(incoming)) => {
                                 if let Ok(handle) = flow.server.accept(incoming) {
                                     flow.server_conn.get_or_insert(handle);
@@ -466,7 +466,7 @@ impl Simulation {
                         }
                     } else {
                         flow.last_rx_client = now;
-                        flow.client.handle_datagram(now, SERVER, &packet.datagram, &mut self.buf);
+                        flow.client.handle_datagram_in_place(now, SERVER, &mut packet.datagram, &mut self.buf);
                     }
                     self.pool.push(packet.datagram);
                 }
