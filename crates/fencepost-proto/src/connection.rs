@@ -1106,7 +1106,7 @@ impl Connection {
                     return None;
                 };
                 self.stats.redundant_packets_sent += 1;
-                return self.finish_datagram(now, buf, len, header.packet_type, None, false);
+                return self.finish_datagram(now, buf, len, header.packet_type, None, false, false);
             }
         }
         if self.handshake_due {
@@ -1633,7 +1633,7 @@ impl Connection {
     fn emit(&mut self, now: Instant, packet: &Packet<'_>, buf: &mut [u8], seq: Option<u64>, retransmission: bool) -> Option<Transmit> {
         let room = buf.len().saturating_sub(self.protection.overhead());
         let len = packet.emit(&mut buf[..room]).ok()?;
-        self.finish_datagram(now, buf, len, packet.packet_type(), seq, retransmission)
+        self.finish_datagram(now, buf, len, packet.packet_type(), seq, retransmission, false)
     }
 
     /// The one way out: every datagram this connection sends, of every type, is
@@ -1647,8 +1647,15 @@ impl Connection {
         packet_type: PacketType,
         seq: Option<u64>,
         retransmission: bool,
+        spaced: bool,
     ) -> Option<Transmit> {
-        let size = if packet_type == PacketType::Handshake { len } else { self.protection.seal(buf, len).ok()? };
+        let size = if packet_type == PacketType::Handshake {
+            len
+        } else if spaced {
+            self.protection.seal_spaced(buf, len).ok()?
+        } else {
+            self.protection.seal(buf, len).ok()?
+        };
         self.stats.packets_sent += 1;
         self.stats.bytes_sent += size as u64;
         if self.config.trace {
@@ -1685,7 +1692,7 @@ impl Connection {
         if let Some(packet) = secure {
             let len = packet.emit(buf).ok()?;
             self.stats.handshakes_sent += 1;
-            return self.finish_datagram(now, buf, len, PacketType::Handshake, None, false);
+            return self.finish_datagram(now, buf, len, PacketType::Handshake, None, false, false);
         }
         let (phase, dst_cid) = match self.side {
             Side::Client => (HandshakePhase::Initial, 0),
@@ -1738,13 +1745,18 @@ impl Connection {
     /// transmission for loss recovery and the controller, shows the plaintext to the
     /// redundancy stage, and sends it the one way out.
     fn emit_segment(&mut self, now: Instant, seq: u64, buf: &mut [u8]) -> Option<Transmit> {
-        let room = buf.len().checked_sub(wire::DATA_OVERHEAD + self.protection.overhead())?;
-        let (len, fin) = self.disassembler.copy_payload(seq, &mut buf[wire::DATA_OVERHEAD..][..room.min(u16::MAX as usize)]);
+        let overhead = self.protection.overhead();
+        let room = buf.len().checked_sub(wire::DATA_OVERHEAD + overhead)?;
+        // The plaintext packet is written `gap` bytes in, where sealing will leave its body,
+        // so the bytes of every data packet are copied once (send buffer to datagram).
+        let gap = self.protection.header_room().min(overhead);
+        let plain = &mut buf[gap..];
+        let (len, fin) = self.disassembler.copy_payload(seq, &mut plain[wire::DATA_OVERHEAD..][..room.min(u16::MAX as usize)]);
         let timestamp = self.timestamp(now);
         let plain_len = if fin {
-            Packet { dst_cid: self.peer_cid, body: Body::Close(Close { seq: seq as u32, timestamp }) }.emit(buf).ok()?
+            Packet { dst_cid: self.peer_cid, body: Body::Close(Close { seq: seq as u32, timestamp }) }.emit(plain).ok()?
         } else {
-            wire::emit_data_header_in_place(buf, self.peer_cid, seq as u32, timestamp, len).ok()?
+            wire::emit_data_header_in_place(plain, self.peer_cid, seq as u32, timestamp, len).ok()?
         };
         let in_flight_before = self.disassembler.bytes_in_flight();
         let retransmission = self.disassembler.on_transmit(seq, now);
@@ -1761,8 +1773,10 @@ impl Connection {
         }
         self.last_ack_eliciting_sent = now;
         let packet_type = if fin { PacketType::Close } else { PacketType::Data };
-        self.redundancy.on_data_packet(now, seq, retransmission, &buf[..plain_len]);
-        self.finish_datagram(now, buf, plain_len, packet_type, Some(seq), retransmission)
+        self.redundancy.on_data_packet(now, seq, retransmission, &buf[gap..gap + plain_len]);
+        // Only the header moves to the front; the body stays where the sealed packet has it.
+        buf.copy_within(gap..gap + wire::HEADER_LEN, 0);
+        self.finish_datagram(now, buf, plain_len, packet_type, Some(seq), retransmission, gap > 0)
     }
 
     fn flow_control_allows_new(&self) -> bool {

@@ -549,6 +549,19 @@ impl PacketProtection for AeadProtection {
     /// `packet[..len]` is the packet as version 1 lays it out (6-byte header, then the
     /// body). The body moves 4 bytes on to make room for the packet number, and is sealed.
     fn seal(&mut self, packet: &mut [u8], len: usize) -> Result<usize, ProtectionError> {
+        if len < V1_HEADER_LEN || packet.len() < len + PROTECTION_OVERHEAD {
+            return Err(ProtectionError("no room to seal the packet"));
+        }
+        packet.copy_within(V1_HEADER_LEN..len, PROTECTED_HEADER_LEN);
+        self.seal_spaced(packet, len)
+    }
+
+    /// The packet number goes in the room between the header and the body.
+    fn header_room(&self) -> usize {
+        PROTECTED_HEADER_LEN - V1_HEADER_LEN
+    }
+
+    fn seal_spaced(&mut self, packet: &mut [u8], len: usize) -> Result<usize, ProtectionError> {
         const V1_HEADER: usize = V1_HEADER_LEN;
         let sealed = len + PROTECTION_OVERHEAD;
         if len < V1_HEADER || packet.len() < sealed {
@@ -556,7 +569,6 @@ impl PacketProtection for AeadProtection {
         }
         let pn = self.next_pn;
         self.next_pn += 1;
-        packet.copy_within(V1_HEADER..len, PROTECTED_HEADER_LEN);
         packet[0] = 2;
         packet[V1_HEADER..PROTECTED_HEADER_LEN].copy_from_slice(&(pn as u32).to_be_bytes());
         let (header, rest) = packet.split_at_mut(PROTECTED_HEADER_LEN);
@@ -828,6 +840,15 @@ mod tests {
             buf[..plain.len()].copy_from_slice(&plain);
             let n = client.seal(&mut buf, plain.len()).unwrap();
             assert_eq!(&buf[..n], &hex(sealed)[..], "{name}");
+            // Laid out with room for the packet number, the same packet seals to the same bytes.
+            let mut spaced_client = AeadProtection::new(*cipher, &keys, true);
+            spaced_client.next_pn = 7;
+            let room = spaced_client.header_room();
+            let mut spaced = [0u8; 64];
+            spaced[..crate::wire::HEADER_LEN].copy_from_slice(&plain[..crate::wire::HEADER_LEN]);
+            spaced[crate::wire::HEADER_LEN + room..plain.len() + room].copy_from_slice(&plain[crate::wire::HEADER_LEN..]);
+            assert_eq!(spaced_client.seal_spaced(&mut spaced, plain.len()).unwrap(), n);
+            assert_eq!(&spaced[..n], &buf[..n], "{name}, sealed in its place");
             let mut server = AeadProtection::new(*cipher, &keys, false);
             let mut scratch = Vec::new();
             assert_eq!(server.open(&buf[..n], &mut scratch).unwrap(), &plain[..]);

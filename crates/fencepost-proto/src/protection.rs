@@ -39,6 +39,22 @@ pub trait PacketProtection: fmt::Debug + Send {
     /// for [`PacketProtection::overhead`] more bytes. Returns the sealed length.
     fn seal(&mut self, packet: &mut [u8], len: usize) -> Result<usize, ProtectionError>;
 
+    /// Bytes a sealed packet's header is longer than version 1's (at most
+    /// [`PacketProtection::overhead`]). A packet written with this many bytes left free after
+    /// its version 1 header can be sealed by [`PacketProtection::seal_spaced`] without moving
+    /// its body.
+    fn header_room(&self) -> usize {
+        0
+    }
+
+    /// [`PacketProtection::seal`] for a packet laid out with room for the sealed header:
+    /// `packet[..HEADER_LEN]` the version 1 header, then [`PacketProtection::header_room`]
+    /// free bytes, then the body; `len` is the version 1 length (header and body). A protection
+    /// that needs no room seals as `seal` does.
+    fn seal_spaced(&mut self, packet: &mut [u8], len: usize) -> Result<usize, ProtectionError> {
+        self.seal(packet, len)
+    }
+
     /// Opens a sealed datagram and returns the plaintext packet, header included:
     /// `datagram` itself when nothing changes, or `scratch` filled with the result.
     fn open<'a>(&mut self, datagram: &'a [u8], scratch: &'a mut Vec<u8>) -> Result<&'a [u8], ProtectionError>;
