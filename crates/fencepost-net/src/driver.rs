@@ -19,6 +19,8 @@ const SPARE_BATCHES: usize = 64;
 const BATCH_BUF: usize = 65_536;
 /// The most bytes one GSO send carries (the kernel's limit is a 64 KiB IP packet).
 const GSO_BYTES: usize = 65_000;
+/// The least room the core is given for a datagram: more than any handshake packet needs.
+const HANDSHAKE_ROOM: usize = 1_500;
 
 /// Datagrams for one destination, of one size (the last may be shorter), sent in one
 /// system call with generic segmentation offload when there are several.
@@ -78,7 +80,10 @@ pub(crate) fn start(shared: Arc<Shared>, socket: std::net::UdpSocket) -> io::Res
 async fn run(shared: Arc<Shared>, socket: tokio::net::UdpSocket) {
     let mut storage = vec![0u8; RECV_BUF * BATCH_SIZE];
     let mut metas = vec![RecvMeta::default(); BATCH_SIZE];
-    let max_datagram = shared.config.transport.max_datagram().min(BATCH_BUF);
+    // The room the core gets for each datagram: the largest data packet, and never less than
+    // an Ethernet frame's, which every handshake packet fits (with 16-byte payloads the data
+    // packets are 50 bytes, the Initial at least 256). More room never makes a packet larger.
+    let max_datagram = shared.config.transport.max_datagram().max(HANDSHAKE_ROOM).min(BATCH_BUF);
     let mut batches: Vec<Batch> = Vec::new();
     let mut spare: Vec<Vec<u8>> = Vec::new();
     let max_segments = shared.udp.max_gso_segments().max(1);

@@ -41,6 +41,25 @@ async fn bulk_transfer_arrives_with_matching_hashes() {
     assert!(served[0].error.is_none(), "{:?}", served[0]);
 }
 
+/// The driver writes datagrams straight into its batch buffers: the room it gives must fit
+/// the handshake when data packets are tiny, and a jumbo payload when they are large.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tiny_and_jumbo_payloads_connect_and_arrive() {
+    for payload in [16u16, 400, 8_000] {
+        let mut transport = TransportConfig::default();
+        transport.max_payload = payload;
+        let (server, served) = server(false, transport.clone()).await;
+        let client = Endpoint::bind(localhost(), EndpointConfig::client(transport)).await.unwrap();
+        let summary = tools::send(&client, server.local_addr(), Amount::Bytes(300_000), Duration::from_millis(100), true, |_| {})
+            .await
+            .unwrap_or_else(|e| panic!("{payload}-byte payloads: {e}"));
+        assert!(summary.hashes_match, "{payload}-byte payloads: {summary:?}");
+        assert_eq!(summary.receiver_bytes, 300_000, "{payload}-byte payloads");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(served.lock().unwrap().iter().all(|s| s.error.is_none()), "{payload}-byte payloads");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hundred_concurrent_echo_connections_complete_byte_exact() {
     let (server, served) = server(true, TransportConfig::default()).await;
