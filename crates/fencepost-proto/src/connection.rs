@@ -1077,8 +1077,6 @@ impl Connection {
         self.timers.next()
     }
 
-    /// Writes the next datagram to send into `buf` (which must hold at least
-    /// `config().max_datagram()` bytes). `None` when nothing may be sent now.
     /// Whether the peer's adaptive redundancy is owed a report of what the path loses:
     /// every [`FEEDBACK_EVERY`] packets, or [`FEEDBACK_EVERY_CLEAN`] in a clean spell (no
     /// repair for 1,024 packets and nothing missing since the last report).
@@ -1088,6 +1086,9 @@ impl Connection {
         self.rx_expected >= self.feedback_sent_at + every
     }
 
+    /// Writes the next datagram to send into `buf` (which must hold at least
+    /// `config().max_datagram()` bytes, and at least 1,500: with tiny payloads a handshake
+    /// packet is larger than any data packet). `None` when nothing may be sent now.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         if let Some(reason) = self.reset_due.take() {
             let packet = Packet { dst_cid: self.peer_cid, body: Body::Reset(Reset { reason }) };
