@@ -520,7 +520,7 @@ impl AeadProtection {
 }
 
 /// Version 1's header (version, type, connection id), which a protected packet's begins with.
-const V1_HEADER_LEN: usize = 6;
+const V1_HEADER_LEN: usize = crate::wire::HEADER_LEN;
 
 impl AeadProtection {
     /// The packet number of a datagram that may be a protected packet, unless it is
@@ -532,7 +532,7 @@ impl AeadProtection {
         if datagram[0] != 2 {
             return Err(ProtectionError("not a protected packet"));
         }
-        let truncated = u32::from_be_bytes([datagram[6], datagram[7], datagram[8], datagram[9]]);
+        let truncated = u32::from_be_bytes([datagram[V1_HEADER_LEN], datagram[V1_HEADER_LEN + 1], datagram[V1_HEADER_LEN + 2], datagram[V1_HEADER_LEN + 3]]);
         let pn = crate::wire::expand_seq(truncated, self.replay.expected());
         if !self.replay.is_fresh(pn) {
             return Err(ProtectionError::REPLAYED);
@@ -562,17 +562,16 @@ impl PacketProtection for AeadProtection {
     }
 
     fn seal_spaced(&mut self, packet: &mut [u8], len: usize) -> Result<usize, ProtectionError> {
-        const V1_HEADER: usize = V1_HEADER_LEN;
         let sealed = len + PROTECTION_OVERHEAD;
-        if len < V1_HEADER || packet.len() < sealed {
+        if len < V1_HEADER_LEN || packet.len() < sealed {
             return Err(ProtectionError("no room to seal the packet"));
         }
         let pn = self.next_pn;
         self.next_pn += 1;
         packet[0] = 2;
-        packet[V1_HEADER..PROTECTED_HEADER_LEN].copy_from_slice(&(pn as u32).to_be_bytes());
+        packet[V1_HEADER_LEN..PROTECTED_HEADER_LEN].copy_from_slice(&(pn as u32).to_be_bytes());
         let (header, rest) = packet.split_at_mut(PROTECTED_HEADER_LEN);
-        let body_len = len - V1_HEADER;
+        let body_len = len - V1_HEADER_LEN;
         let tag = self
             .seal_key
             .seal_in_place_separate_tag(nonce(pn), Aad::from(&header[..]), &mut rest[..body_len])
@@ -585,15 +584,15 @@ impl PacketProtection for AeadProtection {
     fn open<'a>(&mut self, datagram: &'a [u8], scratch: &'a mut Vec<u8>) -> Result<&'a [u8], ProtectionError> {
         let pn = self.fresh_packet_number(datagram)?;
         scratch.clear();
-        scratch.extend_from_slice(&datagram[..6]);
+        scratch.extend_from_slice(&datagram[..V1_HEADER_LEN]);
         scratch[0] = 1;
         scratch.extend_from_slice(&datagram[PROTECTED_HEADER_LEN..]);
         let plain = self
             .open_key
-            .open_in_place(nonce(pn), Aad::from(&datagram[..PROTECTED_HEADER_LEN]), &mut scratch[6..])
+            .open_in_place(nonce(pn), Aad::from(&datagram[..PROTECTED_HEADER_LEN]), &mut scratch[V1_HEADER_LEN..])
             .map_err(|_| ProtectionError("the packet does not authenticate"))?
             .len();
-        scratch.truncate(6 + plain);
+        scratch.truncate(V1_HEADER_LEN + plain);
         self.replay.mark(pn);
         Ok(&scratch[..])
     }
