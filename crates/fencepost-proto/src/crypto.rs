@@ -522,6 +522,14 @@ impl AeadProtection {
 /// Version 1's header (version, type, connection id), which a protected packet's begins with.
 const V1_HEADER_LEN: usize = crate::wire::HEADER_LEN;
 
+/// A version 1 packet of `len` bytes fits `packet` once sealed.
+fn check_room(packet: &[u8], len: usize) -> Result<(), ProtectionError> {
+    if len < V1_HEADER_LEN || packet.len() < len + PROTECTION_OVERHEAD {
+        return Err(ProtectionError("no room to seal the packet"));
+    }
+    Ok(())
+}
+
 impl AeadProtection {
     /// The packet number of a datagram that may be a protected packet, unless it is
     /// too short, of another version, or one already opened.
@@ -539,33 +547,11 @@ impl AeadProtection {
         }
         Ok(pn)
     }
-}
 
-impl PacketProtection for AeadProtection {
-    fn overhead(&self) -> usize {
-        PROTECTION_OVERHEAD
-    }
-
-    /// `packet[..len]` is the packet as version 1 lays it out (6-byte header, then the
-    /// body). The body moves 4 bytes on to make room for the packet number, and is sealed.
-    fn seal(&mut self, packet: &mut [u8], len: usize) -> Result<usize, ProtectionError> {
-        if len < V1_HEADER_LEN || packet.len() < len + PROTECTION_OVERHEAD {
-            return Err(ProtectionError("no room to seal the packet"));
-        }
-        packet.copy_within(V1_HEADER_LEN..len, PROTECTED_HEADER_LEN);
-        self.seal_spaced(packet, len)
-    }
-
-    /// The packet number goes in the room between the header and the body.
-    fn header_room(&self) -> usize {
-        PROTECTED_HEADER_LEN - V1_HEADER_LEN
-    }
-
-    fn seal_spaced(&mut self, packet: &mut [u8], len: usize) -> Result<usize, ProtectionError> {
+    /// Seals `packet[..len]`, laid out with room for the packet number after version 1's
+    /// header, once [`check_room`] has passed.
+    fn seal_checked(&mut self, packet: &mut [u8], len: usize) -> Result<usize, ProtectionError> {
         let sealed = len + PROTECTION_OVERHEAD;
-        if len < V1_HEADER_LEN || packet.len() < sealed {
-            return Err(ProtectionError("no room to seal the packet"));
-        }
         let pn = self.next_pn;
         self.next_pn += 1;
         packet[0] = 2;
@@ -578,6 +564,30 @@ impl PacketProtection for AeadProtection {
             .map_err(|_| ProtectionError("sealing failed"))?;
         rest[body_len..body_len + TAG_LEN].copy_from_slice(tag.as_ref());
         Ok(sealed)
+    }
+}
+
+impl PacketProtection for AeadProtection {
+    fn overhead(&self) -> usize {
+        PROTECTION_OVERHEAD
+    }
+
+    /// `packet[..len]` is the packet as version 1 lays it out (6-byte header, then the
+    /// body). The body moves 4 bytes on to make room for the packet number, and is sealed.
+    fn seal(&mut self, packet: &mut [u8], len: usize) -> Result<usize, ProtectionError> {
+        check_room(packet, len)?;
+        packet.copy_within(V1_HEADER_LEN..len, PROTECTED_HEADER_LEN);
+        self.seal_checked(packet, len)
+    }
+
+    /// The packet number goes in the room between the header and the body.
+    fn header_room(&self) -> usize {
+        PROTECTED_HEADER_LEN - V1_HEADER_LEN
+    }
+
+    fn seal_spaced(&mut self, packet: &mut [u8], len: usize) -> Result<usize, ProtectionError> {
+        check_room(packet, len)?;
+        self.seal_checked(packet, len)
     }
 
     /// Opens into `scratch`, laid out as version 1 (header, then the plaintext body).

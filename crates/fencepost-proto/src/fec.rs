@@ -271,7 +271,7 @@ impl Decoder {
         }
         let mut symbol = self.spare.pop().unwrap_or_default();
         write_symbol(&mut symbol, payload, fin);
-        self.add_source(seq, symbol)
+        self.insert_source(seq, symbol)
     }
 
     /// A source packet arrived (or was rebuilt). Returns sources rebuilt because of it.
@@ -279,6 +279,11 @@ impl Decoder {
         if seq < self.floor || self.known.contains_key(&seq) {
             return Vec::new();
         }
+        self.insert_source(seq, symbol)
+    }
+
+    /// Keeps a source the caller found new and not below the floor.
+    fn insert_source(&mut self, seq: u64, symbol: Vec<u8>) -> Vec<(u64, Vec<u8>)> {
         self.known.insert(seq, symbol);
         while self.known.len() > self.keep {
             let (oldest, symbol) = self.known.pop_first().expect("not empty");
