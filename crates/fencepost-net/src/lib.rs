@@ -190,6 +190,9 @@ struct State {
     /// The driver holds datagrams taken from the core and not yet on the wire: a send from
     /// another thread now could overtake them (and reordering looks like loss to the peer).
     driver_sending: bool,
+    /// Closed connections whose application waits in `closed()` for the last ack to leave:
+    /// the driver wakes it once it has sent what it holds.
+    flush_waits: Vec<ConnectionHandle>,
 }
 
 struct Shared {
@@ -299,6 +302,7 @@ impl Endpoint {
                 driver_deadline: None,
                 inline_scratch: vec![0u8; 65_536],
                 driver_sending: false,
+                flush_waits: Vec::new(),
             }),
             wake_driver: tokio::sync::Notify::new(),
             epoch: std::time::Instant::now(),
@@ -498,11 +502,23 @@ impl Connection {
             if let Some(e) = conn.error() {
                 return Poll::Ready(Err(self.lost(e.clone())));
             }
-            if conn.is_closed() {
+            let closed = conn.is_closed();
+            // The peer's FIN that closed it is owed an ack, which may still be in the core
+            // or in the driver's hands: an application that
+            // exits as soon as this returns would take it along, and the peer would resend
+            // to nobody until its own wait ran out (seen on loopback: "the client did not
+            // finish closing").
+            let flushed = !conn.owes_ack() && !st.driver_sending && st.responses.is_empty();
+            if closed && flushed {
                 return Poll::Ready(Ok(()));
             }
             if let Some(w) = st.waiters.get_mut(&self.handle) {
                 w.closed.register(cx.waker());
+            }
+            if closed {
+                st.flush_waits.push(self.handle);
+                drop(st);
+                self.shared.wake_driver.notify_one();
             }
             Poll::Pending
         })

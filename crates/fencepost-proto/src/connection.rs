@@ -621,6 +621,14 @@ impl Connection {
         self.ack_now || self.handshake_due || self.keepalive_due || self.reset_due.is_some() || self.redundancy.has_repair()
     }
 
+    /// An ack is due at once (one for the peer's FIN among them): the next `poll_transmit`
+    /// writes it. An application told that the connection closed may exit; a driver keeps
+    /// it waiting until this ack is on the wire, or the peer resends its FIN to nobody.
+    pub fn owes_ack(&self) -> bool {
+        // A drained or lost connection sends nothing more, whatever it still owed.
+        self.ack_now && !matches!(self.state, State::Drained | State::Lost)
+    }
+
     /// Written data (or the FIN) is waiting for its first transmission. While it is, the
     /// connection is held back by its window, pacer or peer, and what releases it (an ack,
     /// a timer) reaches the driver anyway: a write then needs no wake-up of its own.
