@@ -45,7 +45,10 @@ def main() -> int:
         rates = [r["goodput_bps"] / 1e6 for r in ok]
         medians[loss] = statistics.median(rates) if rates else None
         shown = ", ".join(f"{x:.0f}" for x in rates)
-        print(f"{args.transport} at {loss:>4} drop: median {medians[loss] or float('nan'):8.1f} Mbit/s  (runs: {shown}; failed {len(rows) - len(ok)} of {len(rows)})")
+        # How many data packets each packet from the receiver (its acks) answered: large
+        # stretches starve the sender of news when acks are lost.
+        stretch = ", ".join(f"{r['data_packets_sent'] / r['peer_packets_sent']:.0f}" for r in ok if r.get("peer_packets_sent"))
+        print(f"{args.transport} at {loss:>4} drop: median {medians[loss] or float('nan'):8.1f} Mbit/s  (runs: {shown}; failed {len(rows) - len(ok)} of {len(rows)}; data packets per receiver packet: {stretch})")
         for r in rows:
             if r not in ok:
                 print(f"  failed run: {r['status']} {r.get('error')}")
