@@ -16,7 +16,7 @@ const RECV_ROUNDS: usize = 8;
 /// first batch boundary past this (with GRO a batch is one buffer of up to 64 segments),
 /// and at most two receive calls (one after the wait, one before the timers) come between
 /// transmits. Acks leave only when the driver transmits, so this bounds how many packets one
-/// ack covers (measured between namespaces: 12-15 with SHA-256 at 2 Gbit/s, about 190 at
+/// ack covers (measured between namespaces: 12-15 with SHA-256 at 2 Gbit/s, about 110 at
 /// 4 Gbit/s without; acking after every receive call made the acks twice as many and cost
 /// the sender CPU without a clear gain in rate). Draining the socket first (up to eight
 /// batches of 32 GRO buffers) made it one ack per 400-800 data packets at 2 Gbit/s between
@@ -202,8 +202,8 @@ fn stop(shared: &Shared, why: String) {
 /// `via_tokio`: through tokio's readiness (which a WouldBlock resets), or straight to the
 /// socket whatever tokio believes.
 fn receive(shared: &Shared, socket: &tokio::net::UdpSocket, storage: &mut [u8], metas: &mut [RecvMeta], via_tokio: bool) -> io::Result<()> {
-    // As many buffers as hold an ack stretch when GRO fills each (one or two at 64 segments,
-    // all of them without GRO), so one receive call does not take in many stretches at once.
+    // As many buffers as hold an ack stretch when GRO fills each (one at 64 segments, all
+    // of them without GRO), so one receive call does not take in many stretches at once.
     let buffers = (ACK_STRETCH_DATAGRAMS / shared.udp.gro_segments().max(1)).clamp(1, metas.len());
     let mut handled = 0;
     for _ in 0..RECV_ROUNDS {

@@ -504,10 +504,9 @@ impl Connection {
             }
             let closed = conn.is_closed();
             // The peer's FIN that closed it is owed an ack, which may still be in the core
-            // or in the driver's hands: an application that
-            // exits as soon as this returns would take it along, and the peer would resend
-            // to nobody until its own wait ran out (seen on loopback: "the client did not
-            // finish closing").
+            // or in the driver's hands: an application that exits as soon as this returns
+            // would take it along, and the peer would resend to nobody until its own wait
+            // ran out (seen on loopback: "the client did not finish closing").
             let flushed = !conn.owes_ack() && !st.driver_sending && st.responses.is_empty();
             if closed && flushed {
                 return Poll::Ready(Ok(()));
