@@ -138,10 +138,13 @@ def main() -> int:
             retx = [r["client"]["retransmissions"] for r in ok]
             timeouts = [r["client"]["retransmission_timeouts"] for r in ok]
             spurious = [r["client"]["spurious_retransmissions"] for r in ok]
+            # Acks are most of the per-byte cost that many connections add: each connection acks
+            # for itself, so a receive batch spread over many connections yields many acks.
+            per_ack = [round(r["client"]["data_packets_sent"] / r["client"]["acks_received"], 1) for r in ok if r["client"].get("acks_received")]
             results["connections"][k] = {"gbit_per_s": rate, "retransmissions": retx, "retransmission_timeouts": timeouts,
-                                         "spurious_retransmissions": spurious, "failed": len(rs) - len(ok), "runs": rs}
+                                         "spurious_retransmissions": spurious, "data_packets_per_ack": per_ack, "failed": len(rs) - len(ok), "runs": rs}
             print(f"  {k:4d} connection(s): aggregate {rate.get('min', float('nan')):6.2f} {rate.get('median', float('nan')):6.2f} {rate.get('max', float('nan')):6.2f} Gbit/s"
-                  f"  retransmissions {retx} (timeouts {timeouts}, found spurious {spurious})  failed {len(rs) - len(ok)}")
+                  f"  retransmissions {retx} (timeouts {timeouts}, found spurious {spurious})  data packets per ack {per_ack}  failed {len(rs) - len(ok)}")
         one, many = results["connections"][1]["gbit_per_s"], results["connections"][args.connections]["gbit_per_s"]
         if one and many:
             print(f"  aggregate over {args.connections} / one connection = {many['median'] / one['median']:.2f} (medians)")

@@ -99,6 +99,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                     print(json.dumps(r), flush=True)
                     continue
                 outcome = f"error: {r['error']}" if r["error"] else "ok"
+                if r.get("final_ack_missing"):
+                    outcome += " (the client's final ack never came: lost as it exited, most likely)"
                 print(
                     f"[{r['remote']}] {mode}: {r['bytes']:,} bytes in {r['duration_s']:.2f} s "
                     f"({_units(r['goodput_bps'], 'bit/s').strip()}), sha256 {(r['sha256'][:16] + '...') if r['sha256'] else 'not computed (--no-verify)'}, "

@@ -193,6 +193,7 @@ async fn fencepost(args: &Args) -> Result<serde_json::Value> {
         }
         let (mut delivered, mut retransmissions, mut one_connection_s) = (0u64, 0u64, 0f64);
         let (mut lost, mut spurious, mut timeouts, mut repairs) = (0u64, 0u64, 0u64, 0u64);
+        let (mut data_packets, mut acks) = (0u64, 0u64);
         while let Some(done) = sends.join_next().await {
             let s = done??;
             if !s.complete {
@@ -204,6 +205,8 @@ async fn fencepost(args: &Args) -> Result<serde_json::Value> {
             spurious += s.spurious_retransmissions;
             timeouts += s.retransmission_timeouts;
             repairs += s.redundant_packets_sent;
+            data_packets += s.data_packets_sent;
+            acks += s.acks_received;
             one_connection_s = s.duration_s;
         }
         // One connection is timed like the other transports (from the handshake's end);
@@ -216,6 +219,8 @@ async fn fencepost(args: &Args) -> Result<serde_json::Value> {
         fields["spurious_retransmissions"] = spurious.into();
         fields["retransmission_timeouts"] = timeouts.into();
         fields["redundant_packets_sent"] = repairs.into();
+        fields["data_packets_sent"] = data_packets.into();
+        fields["acks_received"] = acks.into();
         return Ok(fields);
     }
     let mut conn = endpoint.connect(args.addr).await?;

@@ -230,3 +230,85 @@ async fn a_timed_send_is_bounded_even_when_nothing_can_be_delivered() {
     assert!(summary.bytes > 0 && summary.receiver_bytes <= summary.bytes, "{summary:?}");
     assert_eq!(held.lock().unwrap().len(), 1);
 }
+
+/// A client whose final ack is lost as it exits (the lossy-path case TCP covers with
+/// TIME_WAIT): the server, which read everything and sent its receipt, records the missing
+/// ack after its close wait instead of reporting the session as failed. A UDP relay between
+/// the two, once armed, stops carrying the client's packets at the first packet the server
+/// sends after that: the client's data are acknowledged by then, and the server's next packet
+/// answers the client's FIN, so the only packets lost are the client's acks of the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_final_ack_is_recorded_not_reported_as_a_failure() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tokio::net::UdpSocket;
+    let (server, served) = server(false, TransportConfig::default()).await;
+    let server_addr = server.local_addr();
+    // The relay: one socket faces the client, another the server.
+    let facing_client = Arc::new(UdpSocket::bind(localhost()).await.unwrap());
+    let facing_server = Arc::new(UdpSocket::bind(localhost()).await.unwrap());
+    facing_server.connect(server_addr).await.unwrap();
+    let client_addr = Arc::new(Mutex::new(None::<SocketAddr>));
+    let drop_from_client = Arc::new(AtomicBool::new(false));
+    let armed = Arc::new(AtomicBool::new(false));
+    let (up_in, up_out, up_client, up_drop) = (facing_client.clone(), facing_server.clone(), client_addr.clone(), drop_from_client.clone());
+    let upstream = tokio::spawn(async move {
+        let mut buf = vec![0u8; 65_536];
+        loop {
+            let (n, from) = up_in.recv_from(&mut buf).await.unwrap();
+            *up_client.lock().unwrap() = Some(from);
+            if !up_drop.load(Ordering::SeqCst) {
+                let _ = up_out.send(&buf[..n]).await;
+            }
+        }
+    });
+    let (down_in, down_out, down_client, down_drop, down_armed) = (facing_server.clone(), facing_client.clone(), client_addr.clone(), drop_from_client.clone(), armed.clone());
+    let downstream = tokio::spawn(async move {
+        let mut buf = vec![0u8; 65_536];
+        loop {
+            let n = down_in.recv(&mut buf).await.unwrap();
+            if down_armed.load(Ordering::SeqCst) {
+                down_drop.store(true, Ordering::SeqCst);
+            }
+            let to = *down_client.lock().unwrap();
+            if let Some(to) = to {
+                let _ = down_out.send_to(&buf[..n], to).await;
+            }
+        }
+    });
+
+    let client = client().await;
+    let mut conn = client.connect(facing_client.local_addr().unwrap()).await.unwrap();
+    let data = vec![42u8; 100_000];
+    conn.write_all(&data).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while conn.acknowledged() < data.len() as u64 {
+        assert!(Instant::now() < deadline, "the server never acknowledged the stream");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Stray acks of the data pass first. (Should the relay cut the client off before its FIN
+    // is through, the server never sees the stream end and the test fails, not passes.)
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    armed.store(true, Ordering::SeqCst);
+    conn.finish();
+    let mut receipt = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), conn.read_to_end(&mut receipt)).await.expect("the receipt arrives").unwrap();
+    assert_eq!(receipt.len(), 40, "byte count and SHA-256");
+    assert_eq!(u64::from_be_bytes(receipt[..8].try_into().unwrap()), data.len() as u64);
+    // The client goes, its ack of the receipt lost in the relay.
+    drop(conn);
+    client.shutdown();
+
+    let waited = Instant::now();
+    let report = loop {
+        if let Some(s) = served.lock().unwrap().first().cloned() {
+            break s;
+        }
+        assert!(waited.elapsed() < Duration::from_secs(15), "the server never reported the connection");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    upstream.abort();
+    downstream.abort();
+    assert!(report.error.is_none(), "{report:?}");
+    assert!(report.final_ack_missing, "{report:?}");
+    assert_eq!(report.bytes, data.len() as u64);
+}
