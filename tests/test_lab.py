@@ -161,6 +161,19 @@ def test_every_transport_crosses_a_lossy_lab_link(impair):
     assert summary and all(s["n"] == 1 for s in summary)
 
 
+def test_a_run_past_its_timeout_is_a_failed_row_that_says_so():
+    # Kernel TCP cannot move 50 MB through 50 % loss in 3 s: the run is stopped at its bound
+    # and the row says why, instead of waiting ten minutes and reporting a mute failure.
+    started = time.monotonic()
+    rows, _ = lab.lab_sweep({}, {"loss": "50%", "rate": "50mbit", "delay": "5ms", "bytes": "50MB"}, ["tcp:cubic"], trials=1,
+                            progress=False, timeout=3.0)
+    (row,) = rows
+    assert row["status"] == "failed" and not row["integrity_ok"]
+    assert "not finished within the run's limit of 3 s" in row["error"], row["error"]
+    # Stopped at the bound, not after the server's wait for an account that cannot come.
+    assert time.monotonic() - started < 30
+
+
 def test_the_emulator_log_draws_throughput_and_queueing_delay(tmp_path):
     import statistics
 

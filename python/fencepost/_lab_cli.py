@@ -55,6 +55,17 @@ def _print_rows(rows: list) -> None:
               f"{r.get('retransmissions') or 0:>7} {('%7.2f' % rtt) if rtt is not None else '      -'} {loss}  {r.get('error') or ''}")
 
 
+def _timeout(args: argparse.Namespace):
+    if args.timeout is None:
+        return None
+    from .lab import _seconds
+
+    seconds = _seconds(args.timeout, "timeout")
+    if seconds <= 0:
+        raise OptionError("timeout", f"{args.timeout!r} is not a positive duration (e.g. 120s, 10min)")
+    return seconds
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from .lab import lab_sweep
 
@@ -63,7 +74,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     seed = int(options.pop("seed", 1))
     topology = _topology(options)
     rows, summary = lab_sweep({}, options, _transports(args.transport), trials=args.trials, seed=seed, topology=topology,
-                              impair=args.impair, out=args.out, progress=not args.quiet and not args.json, log_dir=args.log)
+                              impair=args.impair, out=args.out, progress=not args.quiet and not args.json, log_dir=args.log,
+                              timeout=_timeout(args))
     if args.json:
         print(json.dumps(rows))
     else:
@@ -85,7 +97,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     if "topology" in grid or "flows" in grid:
         raise OptionError("topology", "a lab sweep runs on one topology; run one sweep per topology")
     rows, summary = lab_sweep(grid, fixed, _transports(args.transport), trials=args.trials, seed=seed, topology=topology,
-                              impair=args.impair, out=args.out, progress=not args.quiet, log_dir=args.log)
+                              impair=args.impair, out=args.out, progress=not args.quiet, log_dir=args.log, timeout=_timeout(args))
     failed = sum(1 for r in rows if not r.get("integrity_ok"))
     print(f"{len(rows)} lab runs ({failed} failed) in {args.out}; {len(summary)} conditions summarised in {args.out}/summary.csv")
     return 0
@@ -110,6 +122,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trials", metavar="N", type=int, default=1, help="runs per transport and condition (trial t uses seed + t)")
     p.add_argument("--log", metavar="DIR", help="write the emulator's per-packet log of each run to DIR/<key>.log")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--timeout", metavar="DURATION",
+                   help="wall-clock bound on each run: flows not done by then are stopped and the run is a failed row that "
+                        "says so (default: 600s for --bytes, the --time plus 120s); kernel TCP at 30 %% loss can need far longer")
 
 
 def add_parsers(subparsers) -> None:
