@@ -515,7 +515,10 @@ impl Connection {
                 w.closed.register(cx.waker());
             }
             if closed {
-                st.flush_waits.push(self.handle);
+                // One entry per connection is enough: the driver wakes every closed() waiter it holds.
+                if !st.flush_waits.contains(&self.handle) {
+                    st.flush_waits.push(self.handle);
+                }
                 drop(st);
                 self.shared.wake_driver.notify_one();
             }

@@ -540,7 +540,7 @@ impl AeadProtection {
         if datagram[0] != 2 {
             return Err(ProtectionError("not a protected packet"));
         }
-        let truncated = u32::from_be_bytes([datagram[V1_HEADER_LEN], datagram[V1_HEADER_LEN + 1], datagram[V1_HEADER_LEN + 2], datagram[V1_HEADER_LEN + 3]]);
+        let truncated = u32::from_be_bytes(datagram[V1_HEADER_LEN..PROTECTED_HEADER_LEN].try_into().expect("the length was checked above"));
         let pn = crate::wire::expand_seq(truncated, self.replay.expected());
         if !self.replay.is_fresh(pn) {
             return Err(ProtectionError::REPLAYED);
