@@ -553,6 +553,15 @@ impl Connection {
         poll_fn(|cx| self.poll_read_bytes(cx, buf)).await
     }
 
+    /// Reads up to `max` bytes without copying them out: waits like `recv`, then hands
+    /// them to `consume` where the transport holds them (one or two slices, in order).
+    /// `consume` runs under the endpoint's lock, which the driver needs for every packet:
+    /// keep it short (count, parse a header, copy a little); work such as hashing belongs
+    /// after a plain `recv`. `Ok(0)`: the peer finished and everything was read.
+    pub async fn recv_with(&self, max: usize, mut consume: impl FnMut(&[u8])) -> io::Result<usize> {
+        poll_fn(|cx| self.poll_read_with(cx, max, &mut consume)).await
+    }
+
     /// Queues what fits of `buf` (at least one byte, waiting for room); through a shared reference.
     pub async fn send(&self, buf: &[u8]) -> io::Result<usize> {
         if buf.is_empty() {
@@ -571,12 +580,20 @@ impl Connection {
     }
 
     fn poll_read_bytes(&self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        let mut filled = 0;
+        self.poll_read_with(cx, buf.len(), &mut |piece: &[u8]| {
+            buf[filled..filled + piece.len()].copy_from_slice(piece);
+            filled += piece.len();
+        })
+    }
+
+    fn poll_read_with(&self, cx: &mut Context<'_>, max: usize, consume: &mut impl FnMut(&[u8])) -> Poll<io::Result<usize>> {
         let mut st = self.shared.lock();
         if let Some(why) = &st.stopped {
             return Poll::Ready(Err(NetError::EndpointClosed(why.clone()).into()));
         }
         let Some(conn) = st.proto.connection_mut(self.handle) else { return Poll::Ready(Ok(0)) };
-        match conn.read(buf) {
+        match conn.read_with(max, consume) {
             Ok(n) => {
                 let wake = conn.wants_transmit();
                 drop(st);

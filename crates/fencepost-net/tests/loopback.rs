@@ -41,6 +41,28 @@ async fn bulk_transfer_arrives_with_matching_hashes() {
     assert!(served[0].error.is_none(), "{:?}", served[0]);
 }
 
+/// Without --no-verify's hash the sink counts the bytes where the transport holds them
+/// (`recv_with`) instead of copying them out: the count and the interval reports still add up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_that_does_not_hash_counts_every_byte_without_copying_it() {
+    let endpoint = Endpoint::bind(localhost(), EndpointConfig::server(TransportConfig::default())).await.unwrap();
+    let served = Arc::new(Mutex::new(Vec::new()));
+    let sink = served.clone();
+    tokio::spawn(tools::serve(endpoint.clone(), false, false, move |s| sink.lock().unwrap().push(s)));
+    let client = client().await;
+    let mut reported = 0u64;
+    let summary = tools::send(&client, endpoint.local_addr(), Amount::Bytes(30_000_001), Duration::from_millis(50), false, |i| reported = reported.max(i.bytes))
+        .await
+        .unwrap();
+    assert!(summary.complete && !summary.verified, "{summary:?}");
+    assert_eq!(summary.receiver_bytes, 30_000_001);
+    assert!(reported > 0 && reported <= 30_000_001, "interval reports: {reported}");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let served = served.lock().unwrap();
+    assert_eq!(served[0].bytes, 30_000_001);
+    assert!(served[0].sha256.is_empty() && served[0].error.is_none(), "{:?}", served[0]);
+}
+
 /// The driver writes datagrams straight into its batch buffers: the room it gives must fit
 /// the handshake when data packets are tiny, and a jumbo payload when they are large.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

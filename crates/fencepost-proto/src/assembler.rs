@@ -284,13 +284,24 @@ impl Assembler {
 
     /// Copies readable bytes into `buf`; returns how many.
     pub fn read(&mut self, buf: &mut [u8]) -> usize {
-        let n = buf.len().min(self.readable.len());
+        let mut filled = 0;
+        self.read_with(buf.len(), |piece| {
+            buf[filled..filled + piece.len()].copy_from_slice(piece);
+            filled += piece.len();
+        })
+    }
+
+    /// Hands up to `max` readable bytes to `consume` where they lie (one or two slices,
+    /// in order, none empty), then lets them go; returns how many.
+    pub fn read_with(&mut self, max: usize, mut consume: impl FnMut(&[u8])) -> usize {
+        let n = max.min(self.readable.len());
         let (a, b) = self.readable.as_slices();
-        if n <= a.len() {
-            buf[..n].copy_from_slice(&a[..n]);
-        } else {
-            buf[..a.len()].copy_from_slice(a);
-            buf[a.len()..n].copy_from_slice(&b[..n - a.len()]);
+        let first = n.min(a.len());
+        if first > 0 {
+            consume(&a[..first]);
+        }
+        if n > first {
+            consume(&b[..n - first]);
         }
         self.readable.drain(..n);
         if let Some(b) = &self.budget {
@@ -342,6 +353,40 @@ mod tests {
         let mut out = Vec::new();
         a.fence_bitmap(exact, 1024, &mut out);
         out
+    }
+
+    /// The readable bytes are a ring: once it has wrapped, `read_with` hands them out as two
+    /// pieces, in order, and `read` (built on it) copies both.
+    #[test]
+    fn read_with_hands_out_both_pieces_of_a_wrapped_buffer_in_order() {
+        let mut a = Assembler::new(1 << 20, 100);
+        let stream: Vec<u8> = (0..=255u8).cycle().take(10_000).collect();
+        let mut seq = 0;
+        let mut sent = 0;
+        let mut got = Vec::new();
+        let mut pieces_seen = 0;
+        // Fill, read most of it, fill again: the ring's head moves on and the data wraps.
+        for round in 0..20 {
+            for _ in 0..5 {
+                let end = (sent + 100).min(stream.len());
+                a.insert(seq, &stream[sent..end], false);
+                seq += 1;
+                sent = end;
+            }
+            let mut pieces = 0;
+            let n = a.read_with(if round % 2 == 0 { 450 } else { usize::MAX }, |piece| {
+                assert!(!piece.is_empty());
+                got.extend_from_slice(piece);
+                pieces += 1;
+            });
+            assert!(pieces <= 2 && (n > 0) == (pieces > 0), "{pieces} pieces for {n} bytes");
+            pieces_seen = pieces_seen.max(pieces);
+        }
+        let mut rest = vec![0; 1000];
+        let n = a.read(&mut rest);
+        got.extend_from_slice(&rest[..n]);
+        assert_eq!(got, stream);
+        assert_eq!(pieces_seen, 2, "the ring never wrapped: the test does not test the second piece");
     }
 
     #[test]

@@ -1025,6 +1025,18 @@ impl Connection {
     /// and everything was read; [`ReadError::WouldBlock`] means nothing yet.
     pub fn read(&mut self, buf: &mut [u8]) -> Result<usize, ReadError> {
         let n = self.assembler.read(buf);
+        self.after_read(n)
+    }
+
+    /// Reads up to `max` buffered bytes in order without copying them: `consume` sees them
+    /// where they lie, as one or two slices (the buffer is a ring), and they are gone after.
+    /// Returns like [`Connection::read`].
+    pub fn read_with(&mut self, max: usize, consume: impl FnMut(&[u8])) -> Result<usize, ReadError> {
+        let n = self.assembler.read_with(max, consume);
+        self.after_read(n)
+    }
+
+    fn after_read(&mut self, n: usize) -> Result<usize, ReadError> {
         if n > 0 {
             self.stats.bytes_read += n as u64;
             if self.assembler.readable_len() == 0 {
