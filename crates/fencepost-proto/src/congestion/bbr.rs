@@ -807,6 +807,11 @@ impl Controller for Bbr {
         self.cwnd
     }
 
+    fn random_loss(&self) -> f64 {
+        // The inherent method: p̂ for `tolerant`, 0 for BBR v1, which does not estimate it.
+        Bbr::random_loss(self)
+    }
+
     fn earliest_departure_time(&self) -> Option<Instant> {
         self.pacer.earliest_departure_time()
     }

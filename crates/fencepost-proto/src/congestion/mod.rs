@@ -152,6 +152,14 @@ pub trait Controller: fmt::Debug + Send {
         16
     }
 
+    /// The share of packets the path loses at random, as far as the controller models it
+    /// (`0.0`: it does not). The retransmission timer sizes its probes from it: on a path
+    /// that loses half the packets each way, two probes and their acks all go missing more
+    /// often than not.
+    fn random_loss(&self) -> f64 {
+        0.0
+    }
+
     /// Slow-start threshold, for controllers that have one (reported in traces).
     fn ssthresh(&self) -> Option<u64> {
         None
