@@ -807,11 +807,7 @@ impl Connection {
                             if echo_is_ours {
                                 self.take_rtt_sample(now, echo_timestamp, 0);
                             }
-                            self.state = State::Established;
-                            self.rto_backoff = 0;
-                            self.handshake_copies = 0;
-                            self.handshake_due = false;
-                            self.events.push_back(Event::Connected);
+                            self.establish();
                             self.ack_now = true;
                             true
                         }
@@ -1239,11 +1235,7 @@ impl Connection {
                     self.peer_cid = hs.src_cid;
                     self.take_handshake_parameters(hs.max_payload, hs.window, hs.redundancy);
                     self.take_rtt_sample(now, hs.echo_timestamp, 0);
-                    self.state = State::Established;
-                    self.rto_backoff = 0;
-                    self.handshake_copies = 0;
-                    self.handshake_due = false;
-                    self.events.push_back(Event::Connected);
+                    self.establish();
                 }
                 // Confirm (again: the server resends its Accept until it hears from us).
                 self.ack_now = true;
@@ -1259,11 +1251,18 @@ impl Connection {
                 // The keys are confirmed: nothing will replace them, so the secrets can go.
                 **secrets = ConnectionSecrets { seed: [0; 32], reset_token: [0; RESET_TOKEN_LEN], static_key: None };
             }
-            self.state = State::Established;
-            self.handshake_due = false;
-            self.rto_backoff = 0;
-            self.events.push_back(Event::Connected);
+            self.establish();
         }
+    }
+
+    /// The handshake is over (on either side): nothing of it is due any more, not even a
+    /// client's remaining copies of its Initial, and the timer starts afresh.
+    fn establish(&mut self) {
+        self.state = State::Established;
+        self.rto_backoff = 0;
+        self.handshake_copies = 0;
+        self.handshake_due = false;
+        self.events.push_back(Event::Connected);
     }
 
     fn note_ack_eliciting(&mut self, now: Instant, timestamp: u32) {
