@@ -42,7 +42,8 @@ async fn bulk_transfer_arrives_with_matching_hashes() {
 }
 
 /// Without --no-verify's hash the sink counts the bytes where the transport holds them
-/// (`recv_with`) instead of copying them out: the count and the interval reports still add up.
+/// (`recv_with`) instead of copying them out: the count still adds up, and no interval report
+/// exceeds it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sink_that_does_not_hash_counts_every_byte_without_copying_it() {
     let endpoint = Endpoint::bind(localhost(), EndpointConfig::server(TransportConfig::default())).await.unwrap();
@@ -56,7 +57,8 @@ async fn a_sink_that_does_not_hash_counts_every_byte_without_copying_it() {
         .unwrap();
     assert!(summary.complete && !summary.verified, "{summary:?}");
     assert_eq!(summary.receiver_bytes, 30_000_001);
-    assert!(reported > 0 && reported <= 30_000_001, "interval reports: {reported}");
+    // On a fast machine the transfer can end before the first 50 ms report: none is required.
+    assert!(reported <= 30_000_001, "interval reports: {reported}");
     tokio::time::sleep(Duration::from_millis(200)).await;
     let served = served.lock().unwrap();
     assert_eq!(served[0].bytes, 30_000_001);
