@@ -41,6 +41,8 @@ struct Args {
     /// fencepost: concurrent connections (client: the bytes are split among them; server: serve this many, then exit).
     connections: usize,
     cert: Option<String>,
+    /// fencepost's payload per packet (the default fills a 1500-byte IP packet).
+    packet_size: Option<u16>,
 }
 
 fn usage(why: &str) -> ! {
@@ -59,7 +61,7 @@ fn parse_args() -> Args {
         usage(&format!("PROTO {proto:?}: expected fencepost, quinn, tcp or udp"));
     }
     let addr = it.next().unwrap_or_else(|| usage("missing ADDR")).parse().unwrap_or_else(|_| usage("ADDR: expected IP:PORT"));
-    let mut a = Args { role, proto, addr, bytes: None, pingpong: None, insecure: false, redundancy_none: false, verify: true, echo: false, connections: 1, cert: None };
+    let mut a = Args { role, proto, addr, bytes: None, pingpong: None, insecure: false, redundancy_none: false, verify: true, echo: false, connections: 1, cert: None, packet_size: None };
     while let Some(flag) = it.next() {
         let mut value = |name: &str| it.next().unwrap_or_else(|| usage(&format!("{name} needs a value")));
         match flag.as_str() {
@@ -70,6 +72,7 @@ fn parse_args() -> Args {
             "--redundancy-none" => a.redundancy_none = true,
             "--no-verify" => a.verify = false,
             "--echo" => a.echo = true,
+            "--packet-size" => a.packet_size = Some(value("--packet-size").parse().ok().filter(|&n: &u16| n >= 64).unwrap_or_else(|| usage("--packet-size: expected a payload size in bytes, 64 to 65535"))),
             "--connections" => {
                 a.connections = value("--connections").parse().ok().filter(|&n| n >= 1).unwrap_or_else(|| usage("--connections: expected a whole number, at least 1"))
             }
@@ -154,6 +157,9 @@ async fn fencepost(args: &Args) -> Result<serde_json::Value> {
     let mut transport = if args.insecure { TransportConfig::default().insecure() } else { TransportConfig::default() };
     if args.redundancy_none {
         transport.set_redundancy(fencepost_proto::redundancy::RedundancyConfig::None);
+    }
+    if let Some(size) = args.packet_size {
+        transport.max_payload = size;
     }
     if args.role == "server" {
         let endpoint = Endpoint::bind(args.addr, EndpointConfig::server(transport)).await?;

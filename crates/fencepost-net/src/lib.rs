@@ -13,6 +13,7 @@ use fencepost_proto::{
     ConnectionError, ConnectionHandle, ConnectionStats, Endpoint as ProtoEndpoint, EndpointConfig as ProtoEndpointConfig,
     EndpointStats, ReadError, TransportConfig, WriteError,
 };
+pub use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::future::poll_fn;
@@ -570,6 +571,17 @@ impl Connection {
         poll_fn(|cx| self.poll_write_bytes(cx, buf)).await
     }
 
+    /// Like [`Connection::send`] for bytes held as [`Bytes`]: what the send buffer takes it
+    /// keeps without a copy (another reference to the same memory), so a sender that has
+    /// its data in memory already pays one copy per byte, into the packet, instead of two.
+    /// Returns how many bytes from the front of `data` were taken (at least one).
+    pub async fn send_shared(&self, data: &Bytes) -> io::Result<usize> {
+        if data.is_empty() {
+            return Ok(0);
+        }
+        poll_fn(|cx| self.poll_write_by(cx, data.len(), |conn| conn.write_shared(data))).await
+    }
+
     /// Writes all of `buf`, waiting for send-buffer room as needed.
     pub async fn write_all(&mut self, mut buf: &[u8]) -> io::Result<()> {
         while !buf.is_empty() {
@@ -613,6 +625,16 @@ impl Connection {
     }
 
     fn poll_write_bytes(&self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        self.poll_write_by(cx, buf.len(), |conn| conn.write(buf))
+    }
+
+    /// A write of `offered` bytes through `write`, which returns what the connection took.
+    fn poll_write_by(
+        &self,
+        cx: &mut Context<'_>,
+        offered: usize,
+        write: impl FnOnce(&mut fencepost_proto::Connection) -> Result<usize, WriteError>,
+    ) -> Poll<io::Result<usize>> {
         let mut st = self.shared.lock();
         if let Some(why) = &st.stopped {
             return Poll::Ready(Err(NetError::EndpointClosed(why.clone()).into()));
@@ -623,8 +645,8 @@ impl Connection {
         // Only the step from nothing to send to something to send needs the driver woken:
         // a bulk writer would otherwise wake it for every write while it is busy anyway.
         let was_idle = !conn.has_unsent_data();
-        match conn.write(buf) {
-            Ok(0) if !buf.is_empty() => {
+        match write(conn) {
+            Ok(0) if offered > 0 => {
                 if let Some(w) = st.waiters.get_mut(&self.handle) {
                     w.write.register(cx.waker());
                 }

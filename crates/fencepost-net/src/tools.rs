@@ -11,7 +11,7 @@
 //! hash, and the count alone is checked. A stream without the header is a plain byte
 //! stream, answered with the count and hash only (the socket API's own clients).
 
-use crate::{Connection, Endpoint, NetError};
+use crate::{Bytes, Connection, Endpoint, NetError};
 use rand_core::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use serde::Serialize;
@@ -373,7 +373,8 @@ struct Written {
 /// application's own pacing, as iperf3's `-b`), hashing it when `verify`. A timed source
 /// stops at its time even while the window is closed.
 async fn write_source(conn: &Connection, amount: Amount, rate: Option<u64>, verify: bool) -> std::io::Result<Written> {
-    let chunk = pattern();
+    // Shared, so the send buffer keeps references to it instead of copies.
+    let chunk = Bytes::from(pattern());
     let mut hash = verify.then(Sha256::new);
     let started = Instant::now();
     let writing_ends = match amount {
@@ -405,14 +406,14 @@ async fn write_source(conn: &Connection, amount: Amount, rate: Option<u64>, veri
             }
             n = n.min((bytes_per_s / 100).max(1500) as usize);
         }
-        let piece = &chunk[offset..offset + n];
-        // `send` takes what fits (waiting for room) and nothing if the time runs out first.
+        let piece = chunk.slice(offset..offset + n);
+        // `send_shared` takes what fits (waiting for room) and nothing if the time runs out first.
         let written = match writing_ends {
-            Some(end) => match tokio::time::timeout_at(end, conn.send(piece)).await {
+            Some(end) => match tokio::time::timeout_at(end, conn.send_shared(&piece)).await {
                 Ok(result) => result?,
                 Err(_) => break,
             },
-            None => conn.send(piece).await?,
+            None => conn.send_shared(&piece).await?,
         };
         if let Some(hash) = hash.as_mut() {
             hash.update(&piece[..written]);

@@ -1030,6 +1030,17 @@ impl Connection {
     /// Queues as much of `data` as the send buffer has room for; returns how much.
     /// Returns `Ok(0)` when the buffer is full ([`Event::Writable`] follows when it drains).
     pub fn write(&mut self, data: &[u8]) -> Result<usize, WriteError> {
+        self.write_by(data.len(), |d| d.write(data))
+    }
+
+    /// Like [`Connection::write`] for bytes held as [`bytes::Bytes`]: the send buffer keeps
+    /// what it takes of them without a copy (a reference to the same memory), so the bytes
+    /// are copied once, into their packets. Returns how many bytes from the front it took.
+    pub fn write_shared(&mut self, data: &bytes::Bytes) -> Result<usize, WriteError> {
+        self.write_by(data.len(), |d| d.write_shared(data))
+    }
+
+    fn write_by(&mut self, offered: usize, write: impl FnOnce(&mut Disassembler) -> usize) -> Result<usize, WriteError> {
         if let Some(e) = &self.error {
             return Err(WriteError::ConnectionLost(e.clone()));
         }
@@ -1037,9 +1048,9 @@ impl Connection {
             return Err(WriteError::Finished);
         }
         self.disassembler.set_unsent_limit(self.unsent_limit());
-        let n = self.disassembler.write(data);
+        let n = write(&mut self.disassembler);
         self.stats.bytes_written += n as u64;
-        if n < data.len() {
+        if n < offered {
             self.write_blocked = true;
         }
         Ok(n)

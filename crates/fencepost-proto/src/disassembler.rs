@@ -9,7 +9,9 @@
 
 use crate::congestion::SentPacket;
 use crate::time::{Duration, Instant};
+use crate::send_buffer::SendBuffer;
 use crate::wire::{CLOSE_LEN, DATA_OVERHEAD};
+use bytes::Bytes;
 use std::collections::VecDeque;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,7 +91,7 @@ pub struct Acked {
 #[derive(Debug)]
 pub struct Disassembler {
     /// Bytes from `stream_base` on: unacknowledged packets' payloads, then unsent bytes.
-    stream: VecDeque<u8>,
+    stream: SendBuffer,
     stream_base: u64,
     /// Stream offset up to which bytes belong to packets.
     segmented_upto: u64,
@@ -128,7 +130,7 @@ pub struct Disassembler {
 impl Disassembler {
     pub fn new(capacity: usize, packet_per_write: bool, track_tx_order: bool) -> Self {
         Disassembler {
-            stream: VecDeque::new(),
+            stream: SendBuffer::new(),
             stream_base: 0,
             segmented_upto: 0,
             write_ends: VecDeque::new(),
@@ -230,11 +232,30 @@ impl Disassembler {
         if n == 0 {
             return 0;
         }
-        self.stream.extend(&data[..n]);
+        self.stream.extend_from_slice(&data[..n]);
+        self.note_write_end();
+        n
+    }
+
+    /// Like [`Disassembler::write`] for bytes the caller already holds as [`Bytes`]: what
+    /// fits is kept without a copy (the rest is `data` after the returned count).
+    pub fn write_shared(&mut self, data: &Bytes) -> usize {
+        if self.fin_requested {
+            return 0;
+        }
+        let n = data.len().min(self.free_space());
+        if n == 0 {
+            return 0;
+        }
+        self.stream.push_shared(data.slice(..n));
+        self.note_write_end();
+        n
+    }
+
+    fn note_write_end(&mut self) {
         if self.packet_per_write {
             self.write_ends.push_back(self.stream_base + self.stream.len() as u64);
         }
-        n
     }
 
     /// Gives back the memory beyond what is held now (everything is acknowledged once a
@@ -296,16 +317,7 @@ impl Disassembler {
         };
         let start = (seg.offset - self.stream_base) as usize;
         let len = seg.len as usize;
-        let (a, b) = self.stream.as_slices();
-        if start + len <= a.len() {
-            out[..len].copy_from_slice(&a[start..start + len]);
-        } else if start >= a.len() {
-            out[..len].copy_from_slice(&b[start - a.len()..start - a.len() + len]);
-        } else {
-            let first = a.len() - start;
-            out[..first].copy_from_slice(&a[start..]);
-            out[first..len].copy_from_slice(&b[..len - first]);
-        }
+        self.stream.copy_out(start, &mut out[..len]);
         (len, seg.fin)
     }
 
@@ -456,7 +468,7 @@ impl Disassembler {
         let keep_from = self.segments.front().map_or(self.segmented_upto, |s| s.offset);
         let release = (keep_from - self.stream_base) as usize;
         if release > 0 {
-            self.stream.drain(..release);
+            self.stream.release_front(release);
             self.stream_base = keep_from;
         }
     }

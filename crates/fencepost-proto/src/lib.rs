@@ -17,6 +17,7 @@ pub mod fec;
 pub mod protection;
 pub mod redundancy;
 pub mod rtt;
+pub mod send_buffer;
 pub mod stats;
 pub mod time;
 mod timer;
