@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Simulated seconds per wall-clock second for a 100 MB bulk transfer over
 # 100 Mbit/s, 20 ms, 1 % loss. Target (issue 12): at least 150x for the controllers
-# that fill the link; measured 20-27x (2026-11-23).
+# that fill the link; measured 20-27x on a busy machine (2026-11-23), 34-39x on a quiet one (2026-11-24).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet -p fencepost-sim --example sim_speed

@@ -4,8 +4,8 @@
 //! time its own process used (user + system), so `bench/peers.sh` can add both ends.
 //!
 //! ```text
-//! peers server PROTO ADDR [--echo] [--insecure] [--cert FILE] [--no-verify] [--redundancy-none]
-//! peers client PROTO ADDR (--bytes N | --pingpong N) [--insecure] [--cert FILE] [--no-verify] [--redundancy-none]
+//! peers server PROTO ADDR [--echo] [--insecure] [--cert FILE] [--no-verify] [--redundancy-none] [--packet-size BYTES]
+//! peers client PROTO ADDR (--bytes N | --pingpong N) [--insecure] [--cert FILE] [--no-verify] [--redundancy-none] [--packet-size BYTES]
 //! peers server|client fencepost ADDR --connections K ...   (K concurrent connections)
 //! ```
 //! PROTO is fencepost, quinn, tcp or udp. A server serves one connection and exits.
@@ -46,7 +46,7 @@ struct Args {
 }
 
 fn usage(why: &str) -> ! {
-    eprintln!("peers: {why}\nusage: peers server|client fencepost|quinn|tcp|udp ADDR [--bytes N | --pingpong N] [--echo] [--insecure] [--no-verify] [--redundancy-none] [--cert FILE]");
+    eprintln!("peers: {why}\nusage: peers server|client fencepost|quinn|tcp|udp ADDR [--bytes N | --pingpong N] [--echo] [--insecure] [--no-verify] [--redundancy-none] [--packet-size BYTES] [--cert FILE]");
     std::process::exit(2);
 }
 
