@@ -345,12 +345,7 @@ impl PyConnection {
             py,
             async move {
                 let _turn = writer.lock().await;
-                let mut rest = &data[..];
-                while !rest.is_empty() {
-                    let n = conn.send(rest).await?;
-                    rest = &rest[n..];
-                }
-                Ok::<(), std::io::Error>(())
+                send_all_shared(&conn, data).await
             },
             timeout,
             "sendall",
@@ -395,12 +390,7 @@ impl PyConnection {
         runtime();
         pyo3_async_runtimes::tokio::future_into_py(py, async move {
             let _turn = writer.lock().await;
-            let mut rest = &data[..];
-            while !rest.is_empty() {
-                let n = conn.send(rest).await.map_err(io_error)?;
-                rest = &rest[n..];
-            }
-            Ok(())
+            send_all_shared(&conn, data).await.map_err(io_error)
         })
     }
 
@@ -613,4 +603,16 @@ pub fn keygen() -> PyResult<(String, String)> {
 #[pyfunction]
 pub fn public_key(private: &str) -> PyResult<String> {
     fencepost_proto::StaticKey::parse(private).map(|k| k.public().to_string()).map_err(|e| PyValueError::new_err(e.0))
+}
+
+/// Queues all of `data`, which the send buffer keeps without copying it again (it was
+/// copied once out of the Python object): the whole allocation lives until its last byte
+/// is acknowledged, which for "send all of it" is what the caller handed over anyway.
+async fn send_all_shared(conn: &fencepost_net::Connection, data: Vec<u8>) -> std::io::Result<()> {
+    let mut rest = fencepost_net::Bytes::from(data);
+    while !rest.is_empty() {
+        let n = conn.send_shared(&rest).await?;
+        let _ = rest.split_to(n);
+    }
+    Ok(())
 }
