@@ -4,8 +4,8 @@
 //! time its own process used (user + system), so `bench/peers.sh` can add both ends.
 //!
 //! ```text
-//! peers server PROTO ADDR [--echo] [--insecure] [--cert FILE] [--no-verify] [--redundancy-none] [--packet-size BYTES]
-//! peers client PROTO ADDR (--bytes N | --pingpong N) [--insecure] [--cert FILE] [--no-verify] [--redundancy-none] [--packet-size BYTES]
+//! peers server PROTO ADDR [--echo] [--insecure] [--cert FILE] [--no-verify] [--redundancy-none] [--packet-size BYTES] [--driver thread|task]
+//! peers client PROTO ADDR (--bytes N | --pingpong N) [--insecure] [--cert FILE] [--no-verify] [--redundancy-none] [--packet-size BYTES] [--driver thread|task]
 //! peers server|client fencepost ADDR --connections K ...   (K concurrent connections)
 //! ```
 //! PROTO is fencepost, quinn, tcp or udp. A server serves one connection and exits.
@@ -13,7 +13,7 @@
 //! has come back, so every transport is timed over the same span.
 
 use fencepost_net::tools::{self, Amount};
-use fencepost_net::{Endpoint, EndpointConfig};
+use fencepost_net::{DriverPlacement, Endpoint, EndpointConfig};
 use fencepost_proto::TransportConfig;
 use std::io::{Read, Write};
 use std::net::SocketAddr;
@@ -43,10 +43,12 @@ struct Args {
     cert: Option<String>,
     /// fencepost's payload per packet (the default fills a 1500-byte IP packet).
     packet_size: Option<u16>,
+    /// fencepost: where the endpoint's driver runs (`--driver task`: on the runtime).
+    driver: DriverPlacement,
 }
 
 fn usage(why: &str) -> ! {
-    eprintln!("peers: {why}\nusage: peers server|client fencepost|quinn|tcp|udp ADDR [--bytes N | --pingpong N] [--echo] [--insecure] [--no-verify] [--redundancy-none] [--packet-size BYTES] [--cert FILE]");
+    eprintln!("peers: {why}\nusage: peers server|client fencepost|quinn|tcp|udp ADDR [--bytes N | --pingpong N] [--echo] [--insecure] [--no-verify] [--redundancy-none] [--packet-size BYTES] [--driver thread|task] [--cert FILE]");
     std::process::exit(2);
 }
 
@@ -61,7 +63,7 @@ fn parse_args() -> Args {
         usage(&format!("PROTO {proto:?}: expected fencepost, quinn, tcp or udp"));
     }
     let addr = it.next().unwrap_or_else(|| usage("missing ADDR")).parse().unwrap_or_else(|_| usage("ADDR: expected IP:PORT"));
-    let mut a = Args { role, proto, addr, bytes: None, pingpong: None, insecure: false, redundancy_none: false, verify: true, echo: false, connections: 1, cert: None, packet_size: None };
+    let mut a = Args { role, proto, addr, bytes: None, pingpong: None, insecure: false, redundancy_none: false, verify: true, echo: false, connections: 1, cert: None, packet_size: None, driver: DriverPlacement::Thread };
     while let Some(flag) = it.next() {
         let mut value = |name: &str| it.next().unwrap_or_else(|| usage(&format!("{name} needs a value")));
         match flag.as_str() {
@@ -72,6 +74,13 @@ fn parse_args() -> Args {
             "--redundancy-none" => a.redundancy_none = true,
             "--no-verify" => a.verify = false,
             "--echo" => a.echo = true,
+            "--driver" => {
+                a.driver = match value("--driver").as_str() {
+                    "thread" => DriverPlacement::Thread,
+                    "task" => DriverPlacement::Task,
+                    other => usage(&format!("--driver {other:?}: expected thread or task")),
+                }
+            }
             "--packet-size" => a.packet_size = Some(value("--packet-size").parse().ok().filter(|&n: &u16| n >= 64).unwrap_or_else(|| usage("--packet-size: expected a payload size in bytes, 64 to 65535"))),
             "--connections" => {
                 a.connections = value("--connections").parse().ok().filter(|&n| n >= 1).unwrap_or_else(|| usage("--connections: expected a whole number, at least 1"))
@@ -162,7 +171,7 @@ async fn fencepost(args: &Args) -> Result<serde_json::Value> {
         transport.max_payload = size;
     }
     if args.role == "server" {
-        let endpoint = Endpoint::bind(args.addr, EndpointConfig::server(transport)).await?;
+        let endpoint = Endpoint::bind(args.addr, EndpointConfig { driver: args.driver, ..EndpointConfig::server(transport) }).await?;
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         // `fencepost serve`'s own loop: a sink (count, hash unless --no-verify, receipt) or an echo.
         tokio::spawn(tools::serve(endpoint.clone(), args.echo, args.verify, move |s| {
@@ -186,7 +195,7 @@ async fn fencepost(args: &Args) -> Result<serde_json::Value> {
         fields["packets_dropped_for_room"] = dropped.into();
         return Ok(fields);
     }
-    let endpoint = Endpoint::bind("127.0.0.1:0".parse()?, EndpointConfig::client(transport)).await?;
+    let endpoint = Endpoint::bind("127.0.0.1:0".parse()?, EndpointConfig { driver: args.driver, ..EndpointConfig::client(transport) }).await?;
     if let Some(bytes) = args.bytes {
         // Every connection from one client socket, all at once; the aggregate is the bytes
         // over the time from the first connect to the last receipt.

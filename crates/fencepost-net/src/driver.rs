@@ -69,8 +69,9 @@ fn buffer(spare: &mut Vec<Vec<u8>>) -> Vec<u8> {
     spare.pop().unwrap_or_else(|| vec![0; BATCH_BUF])
 }
 
-/// Runs the driver on a thread of its own, with a single-threaded runtime for the socket
-/// and the timers. On the application's runtime it would be one task among the
+/// Runs the driver on a thread of its own (`DriverPlacement::Thread`, the default), with a
+/// single-threaded runtime for the socket and the timers. On the application's runtime
+/// (`DriverPlacement::Task`, which an application chooses) it is one task among the
 /// application's: a hundred writers each copying megabytes into their send buffers kept
 /// it from reading acks for 50 ms and more, long enough for every sender's retransmission
 /// timer to fire on a path that lost nothing. Here the OS schedules it beside them.
@@ -85,6 +86,21 @@ pub(crate) fn start(shared: Arc<Shared>, socket: std::net::UdpSocket) -> io::Res
             }
         })
     })?;
+    Ok(())
+}
+
+/// Runs the driver as a task on the current tokio runtime (`DriverPlacement::Task`).
+pub(crate) fn spawn(shared: Arc<Shared>, socket: std::net::UdpSocket) -> io::Result<()> {
+    // The driver sleeps until its next timer: without a time driver that would panic
+    // inside the task and leave the endpoint silent, so refuse here, with the remedy.
+    let has_timers = std::panic::catch_unwind(|| drop(tokio::time::sleep(std::time::Duration::ZERO))).is_ok();
+    if !has_timers {
+        return Err(io::Error::other(
+            "a driver placed on the runtime (DriverPlacement::Task) needs its timers: build the runtime with enable_all() or enable_time()",
+        ));
+    }
+    let socket = tokio::net::UdpSocket::from_std(socket)?;
+    tokio::spawn(run(shared, socket));
     Ok(())
 }
 

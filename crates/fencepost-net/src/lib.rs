@@ -68,11 +68,38 @@ pub struct EndpointConfig {
     pub max_connections: usize,
     /// Bytes of received data all connections together may hold (see `fencepost_proto::EndpointConfig`).
     pub buffer_budget: usize,
+    /// Where the endpoint's I/O (receiving, timers, acks) runs.
+    pub driver: DriverPlacement,
+}
+
+/// Where an endpoint's driver (its socket, timers and acks) runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DriverPlacement {
+    /// On a thread of its own, which the OS schedules beside the application's: however
+    /// long the application's tasks run without yielding, acks go out and timers fire.
+    /// A received packet wakes two threads on its way to the application (the driver,
+    /// then the reading task's).
+    #[default]
+    Thread,
+    /// As a task on the tokio runtime that binds the endpoint (which needs its I/O and
+    /// timers enabled, `Builder::enable_all`): a received packet wakes one thread, so a
+    /// request-response exchange is faster. The application's tasks share that runtime
+    /// with the driver: a task that runs long without reaching an `.await` that waits
+    /// (copying megabytes into a send buffer, hashing) delays every connection's acks and
+    /// timers while it runs, which a peer can see as loss.
+    Task,
 }
 
 impl EndpointConfig {
     pub fn client(transport: TransportConfig) -> Self {
-        EndpointConfig { transport, server: false, connect_timeout: Duration::from_secs(10), max_connections: 65_536, buffer_budget: 1 << 30 }
+        EndpointConfig {
+            transport,
+            server: false,
+            connect_timeout: Duration::from_secs(10),
+            max_connections: 65_536,
+            buffer_budget: 1 << 30,
+            driver: DriverPlacement::Thread,
+        }
     }
     pub fn server(transport: TransportConfig) -> Self {
         EndpointConfig { server: true, ..Self::client(transport) }
@@ -310,7 +337,11 @@ impl Endpoint {
             local_addr,
             config,
         });
-        driver::start(shared.clone(), std_socket).map_err(NetError::Io)?;
+        match shared.config.driver {
+            DriverPlacement::Thread => driver::start(shared.clone(), std_socket),
+            DriverPlacement::Task => driver::spawn(shared.clone(), std_socket),
+        }
+        .map_err(NetError::Io)?;
         Ok(Endpoint { shared })
     }
 

@@ -1,7 +1,7 @@
 //! fencepost over real UDP sockets on loopback.
 
 use fencepost_net::tools::{self, Amount};
-use fencepost_net::{Endpoint, EndpointConfig, NetError};
+use fencepost_net::{DriverPlacement, Endpoint, EndpointConfig, NetError};
 use fencepost_proto::{ConnectionError, Duration as ProtoDuration, TransportConfig};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -335,4 +335,40 @@ async fn a_lost_final_ack_is_recorded_not_reported_as_a_failure() {
     assert!(report.error.is_none(), "{report:?}");
     assert!(report.final_ack_missing, "{report:?}");
     assert_eq!(report.bytes, data.len() as u64);
+}
+
+/// Both ends' drivers as tasks on one single-threaded runtime (the test's): a transfer
+/// and then round trips of small messages work exactly as with driver threads.
+#[tokio::test]
+async fn drivers_placed_on_a_single_threaded_runtime_carry_a_transfer_and_an_echo() {
+    let task = |config: EndpointConfig| EndpointConfig { driver: DriverPlacement::Task, ..config };
+    let sink = Endpoint::bind(localhost(), task(EndpointConfig::server(TransportConfig::default()))).await.unwrap();
+    let served = Arc::new(Mutex::new(Vec::new()));
+    let record = served.clone();
+    tokio::spawn(tools::serve(sink.clone(), false, true, move |s| record.lock().unwrap().push(s)));
+    let client = Endpoint::bind(localhost(), task(EndpointConfig::client(TransportConfig::default()))).await.unwrap();
+    let summary = tools::send(&client, sink.local_addr(), Amount::Bytes(5_000_003), Duration::from_millis(100), true, |_| {}).await.unwrap();
+    assert!(summary.hashes_match && summary.receiver_bytes == 5_000_003, "{summary:?}");
+
+    let echo = Endpoint::bind(localhost(), task(EndpointConfig::server(TransportConfig::default()))).await.unwrap();
+    tokio::spawn(tools::serve(echo.clone(), true, true, |_| {}));
+    let mut conn = client.connect(echo.local_addr()).await.unwrap();
+    let mut back = [0u8; 64];
+    for round in 0..200u8 {
+        let ping = [round; 64];
+        conn.write_all(&ping).await.unwrap();
+        conn.read_exact(&mut back).await.unwrap();
+        assert_eq!(back, ping, "round {round}");
+    }
+    conn.close().await.unwrap();
+}
+
+/// A driver placed on a runtime without timers would panic inside its task and leave the
+/// endpoint silent: binding says so instead.
+#[test]
+fn a_driver_task_on_a_runtime_without_timers_is_refused_with_the_remedy() {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap();
+    let config = EndpointConfig { driver: DriverPlacement::Task, ..EndpointConfig::client(TransportConfig::default()) };
+    let err = runtime.block_on(Endpoint::bind(localhost(), config)).err().expect("bind must fail without timers");
+    assert!(err.to_string().contains("enable_all"), "{err}");
 }
