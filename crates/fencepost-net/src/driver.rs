@@ -104,7 +104,22 @@ pub(crate) fn spawn(shared: Arc<Shared>, socket: std::net::UdpSocket) -> io::Res
     Ok(())
 }
 
+/// Stops the endpoint when the driver goes, however it goes: a driver task is dropped
+/// with the runtime it runs on, and its connections' waiters must then hear that the
+/// endpoint stopped instead of waiting for a driver that is no more.
+/// (Weak: the driver exits when it holds the last strong reference.)
+struct StopOnDrop(std::sync::Weak<Shared>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        if let Some(shared) = self.0.upgrade() {
+            stop(&shared, "the endpoint's driver stopped (its runtime shut down)".to_string());
+        }
+    }
+}
+
 async fn run(shared: Arc<Shared>, socket: tokio::net::UdpSocket) {
+    let _stop = StopOnDrop(Arc::downgrade(&shared));
     let mut storage = vec![0u8; RECV_BUF * BATCH_SIZE];
     let mut metas = vec![RecvMeta::default(); BATCH_SIZE];
     // The room the core gets for each datagram: the largest data packet, and never less than

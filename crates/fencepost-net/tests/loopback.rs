@@ -372,3 +372,37 @@ fn a_driver_task_on_a_runtime_without_timers_is_refused_with_the_remedy() {
     let err = runtime.block_on(Endpoint::bind(localhost(), config)).err().expect("bind must fail without timers");
     assert!(err.to_string().contains("enable_all"), "{err}");
 }
+
+/// A driver task goes with its runtime: the connections it drove then fail with a clear
+/// error instead of waiting for it.
+#[test]
+fn connections_whose_driver_task_went_with_its_runtime_fail_instead_of_waiting() {
+    let server_runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let echo = server_runtime.block_on(async {
+        let echo = Endpoint::bind(localhost(), EndpointConfig::server(TransportConfig::default())).await.unwrap();
+        tokio::spawn(tools::serve(echo.clone(), true, true, |_| {}));
+        echo
+    });
+    let short_lived = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let (client, mut conn) = short_lived.block_on(async {
+        let config = EndpointConfig { driver: DriverPlacement::Task, ..EndpointConfig::client(TransportConfig::default()) };
+        let client = Endpoint::bind(localhost(), config).await.unwrap();
+        let mut conn = client.connect(echo.local_addr()).await.unwrap();
+        conn.write_all(b"ping").await.unwrap();
+        let mut back = [0u8; 4];
+        conn.read_exact(&mut back).await.unwrap();
+        assert_eq!(&back, b"ping");
+        (client, conn)
+    });
+    drop(short_lived);
+    let outcome = server_runtime.block_on(async {
+        tokio::time::timeout(Duration::from_secs(5), async {
+            let mut buf = [0u8; 4];
+            conn.read(&mut buf).await
+        })
+        .await
+    });
+    let err = outcome.expect("the read must end, not wait").expect_err("the read must fail");
+    assert!(err.to_string().contains("runtime shut down"), "{err}");
+    drop((conn, client));
+}
