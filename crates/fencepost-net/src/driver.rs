@@ -91,6 +91,9 @@ pub(crate) fn start(shared: Arc<Shared>, socket: std::net::UdpSocket) -> io::Res
 
 /// Runs the driver as a task on the current tokio runtime (`DriverPlacement::Task`).
 pub(crate) fn spawn(shared: Arc<Shared>, socket: std::net::UdpSocket) -> io::Result<()> {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return Err(io::Error::other("a driver placed on the runtime (DriverPlacement::Task) needs one: bind the endpoint from a task of a tokio runtime"));
+    }
     // The driver sleeps until its next timer: without a time driver that would panic
     // inside the task and leave the endpoint silent, so refuse here, with the remedy.
     let has_timers = std::panic::catch_unwind(|| drop(tokio::time::sleep(std::time::Duration::ZERO))).is_ok();

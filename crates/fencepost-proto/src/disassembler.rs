@@ -88,6 +88,9 @@ pub struct Acked {
     pub packet: SentPacket,
 }
 
+/// Shared writes shorter than this are copied into the buffer's blocks instead.
+const SHARE_FROM: usize = 4096;
+
 #[derive(Debug)]
 pub struct Disassembler {
     /// Bytes from `stream_base` on: unacknowledged packets' payloads, then unsent bytes.
@@ -238,14 +241,18 @@ impl Disassembler {
     }
 
     /// Like [`Disassembler::write`] for bytes the caller already holds as [`Bytes`]: what
-    /// fits is kept without a copy (the rest is `data` after the returned count).
+    /// fits is kept without a copy (the rest is `data` after the returned count). A few
+    /// bytes are copied all the same: cheaper than a piece of their own to track.
     pub fn write_shared(&mut self, data: &Bytes) -> usize {
+        if data.len() < SHARE_FROM {
+            return self.write(data);
+        }
         if self.fin_requested {
             return 0;
         }
         let n = data.len().min(self.free_space());
-        if n == 0 {
-            return 0;
+        if n < SHARE_FROM {
+            return self.write(&data[..n]);
         }
         self.stream.push_shared(data.slice(..n));
         self.note_write_end();
@@ -607,6 +614,24 @@ mod tests {
             sent.push(seq);
         }
         sent
+    }
+
+    #[test]
+    fn shared_and_copied_writes_come_out_of_their_packets_in_stream_order() {
+        let stream: Vec<u8> = (0..40_000u32).map(|i| (i * 31 % 251) as u8).collect();
+        let mut d = Disassembler::new(30_000, false, false);
+        // Small shared (copied), large shared (kept), copied, and a shared write cut short by the capacity.
+        assert_eq!(d.write_shared(&Bytes::copy_from_slice(&stream[..10])), 10);
+        assert_eq!(d.write_shared(&Bytes::copy_from_slice(&stream[10..9_000])), 8_990);
+        assert_eq!(d.write(&stream[9_000..9_100]), 100);
+        assert_eq!(d.write_shared(&Bytes::copy_from_slice(&stream[9_100..])), 30_000 - 9_100);
+        let mut got = Vec::new();
+        let mut packet = [0u8; 1400];
+        for seq in send_all(&mut d, Instant::ZERO, 1400) {
+            let (len, _) = d.copy_payload(seq, &mut packet);
+            got.extend_from_slice(&packet[..len]);
+        }
+        assert_eq!(got, stream[..30_000].to_vec());
     }
 
     #[test]
