@@ -116,3 +116,23 @@ def test_iperf_flags_are_checked_and_named(fencepost_server):
     assert zero.returncode != 0 and "--parallel" in zero.stderr
     rate = send("-c", "127.0.0.1", "-p", port, "-n", "1M", "-b", "fast")
     assert rate.returncode != 0 and "--bitrate" in rate.stderr
+
+
+def test_both_ends_with_the_driver_on_the_tools_runtime():
+    """`--driver task` on either end: the transfer arrives whole, and a value that is not
+    one of the two is refused by name."""
+    port = free_port()
+    proc = subprocess.Popen([str(BIN / "fencepost"), "serve", "-p", str(port), "--driver", "task"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stdout.readline()
+        assert f":{port} " in first, first + proc.stderr.read()
+        done = send("-c", "127.0.0.1", "-p", str(port), "-n", "20M", "--driver", "task", "-J")
+        assert done.returncode == 0, done.stdout[-500:] + done.stderr[-500:]
+        doc = json.loads(done.stdout)
+        assert read_iperf_json(doc)["received"] == 20 * 1024 * 1024
+        assert doc["end"]["fencepost"]["hashes_match"] is True, doc["end"]["fencepost"]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=10)
+    bad = send("-c", "127.0.0.1", "-p", str(port), "-n", "1M", "--driver", "fiber")
+    assert bad.returncode != 0 and "--driver" in bad.stderr and "thread, task" in bad.stderr, bad.stderr

@@ -125,6 +125,9 @@ fn parse_tool(command: Command, options: &[(String, String)]) -> PyResult<ToolOp
 fn tool_endpoint(server: bool, tool: &ToolOptions) -> EndpointConfig {
     let mut config = if server { EndpointConfig::server(tool.transport.clone()) } else { EndpointConfig::client(tool.transport.clone()) };
     config.connect_timeout = Duration::from_micros(tool.connect_timeout.total_micros());
+    if tool.driver_on_runtime {
+        config.driver = fencepost_net::DriverPlacement::Task;
+    }
     config
 }
 

@@ -214,6 +214,13 @@ pub static OPTIONS: &[OptionSpec] = &[
     option("no-verify", Scope::Run, Kind::Switch, "BOOL", "false",
         "skip the end-to-end SHA-256 of the stream and check only the byte count (for benchmarks: hashing costs about as much CPU as the transport)", &[Send, Serve]),
     option("connect-timeout", Scope::Run, Kind::Duration, "DURATION", "10s", "give up on the handshake after", &[Send, EchoBench]),
+    OptionSpec {
+        choices: &["thread", "task"],
+        ..option("driver", Scope::Run, Kind::Choice, "thread|task", "thread",
+            "where the endpoint's socket, timers and acks run: thread (one of their own) or task (on the runtime the tool's work runs on: one thread \
+             wake-up per received packet instead of two, so lower latency and a little less CPU; a long piece of work there delays acks)",
+            &[Send, Serve, EchoBench])
+    },
 ];
 
 /// An option with a value that is not acceptable, or an option that does not exist.

@@ -31,6 +31,8 @@ pub struct ToolOptions {
     pub parallel: u32,
     pub reverse: bool,
     pub bitrate: Option<u64>,
+    /// `--driver task`: the endpoint's driver runs on the tool's runtime, not a thread of its own.
+    pub driver_on_runtime: bool,
 }
 
 fn duration(given: &Given, name: &str) -> Result<Duration, OptionError> {
@@ -76,6 +78,8 @@ pub fn tool_options<'a>(command: Command, pairs: impl IntoIterator<Item = (&'a s
         Some(text) => Some(units::parse_rate(text).map_err(|e| fail("bitrate", e))?),
         None => None,
     };
+    // Given::parse checked the value is one of the choices.
+    let driver_on_runtime = given.get("driver").unwrap_or(default_of("driver")) == "task";
     Ok(ToolOptions {
         transport,
         amount,
@@ -87,6 +91,7 @@ pub fn tool_options<'a>(command: Command, pairs: impl IntoIterator<Item = (&'a s
         parallel,
         reverse,
         bitrate,
+        driver_on_runtime,
     })
 }
 
