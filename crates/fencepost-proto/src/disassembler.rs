@@ -228,10 +228,7 @@ impl Disassembler {
 
     /// Accepts as much of `data` as the send buffer has room for.
     pub fn write(&mut self, data: &[u8]) -> usize {
-        if self.fin_requested {
-            return 0;
-        }
-        let n = data.len().min(self.free_space());
+        let n = self.room_for(data.len());
         if n == 0 {
             return 0;
         }
@@ -244,19 +241,22 @@ impl Disassembler {
     /// fits is kept without a copy (the rest is `data` after the returned count). A few
     /// bytes are copied all the same: cheaper than a piece of their own to track.
     pub fn write_shared(&mut self, data: &Bytes) -> usize {
-        if data.len() < SHARE_FROM {
-            return self.write(data);
-        }
-        if self.fin_requested {
-            return 0;
-        }
-        let n = data.len().min(self.free_space());
+        let n = self.room_for(data.len());
         if n < SHARE_FROM {
             return self.write(&data[..n]);
         }
         self.stream.push_shared(data.slice(..n));
         self.note_write_end();
         n
+    }
+
+    /// How much of a write of `len` bytes the buffer takes now (none after the FIN).
+    fn room_for(&self, len: usize) -> usize {
+        if self.fin_requested {
+            0
+        } else {
+            len.min(self.free_space())
+        }
     }
 
     fn note_write_end(&mut self) {
