@@ -44,7 +44,11 @@ PINGPONG = [
     # The driver as a task on the application's runtime (DriverPlacement::Task): one
     # thread wake-up per received packet instead of two.
     ("fencepost --driver task", "fencepost", ["--driver", "task"]),
+    # Both on one thread: the application's, the kernel wakes only it (TCP's and plain UDP's
+    # peers are blocking threads, which is the same shape).
+    ("fencepost --driver task, current-thread runtime", "fencepost", ["--driver", "task", "--runtime", "current"]),
     ("quinn", "quinn", []),
+    ("quinn, current-thread runtime", "quinn", ["--runtime", "current"]),
     ("kernel TCP (TCP_NODELAY)", "tcp", []),
     ("plain UDP", "udp", []),
 ]
@@ -164,9 +168,9 @@ def main() -> int:
             p50 = spread([r["client"]["p50_us"] for r in ok])
             p99 = spread([r["client"]["p99_us"] for r in ok])
             results["pingpong"][label] = {"p50_us": p50, "p99_us": p99, "failed": len(runs[label]) - len(ok), "runs": runs[label]}
-            print(f"  {label:28s} p50 {p50.get('median', float('nan')):8.1f} us   p99 {p99.get('median', float('nan')):8.1f} us   failed {len(runs[label]) - len(ok)}")
+            print(f"  {label:48s} p50 {p50.get('median', float('nan')):8.1f} us   p99 {p99.get('median', float('nan')):8.1f} us   failed {len(runs[label]) - len(ok)}")
         tcp = results["pingpong"]["kernel TCP (TCP_NODELAY)"]
-        for label in ("fencepost", "fencepost --driver task"):
+        for label in (l for l, proto, _ in PINGPONG if proto == "fencepost"):
             fp = results["pingpong"][label]
             if fp["p50_us"] and tcp["p50_us"]:
                 print(f"  {label} / TCP: p50 {fp['p50_us']['median'] / tcp['p50_us']['median']:.2f}x, p99 {fp['p99_us']['median'] / tcp['p99_us']['median']:.2f}x")

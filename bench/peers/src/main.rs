@@ -4,8 +4,8 @@
 //! time its own process used (user + system), so `bench/peers.sh` can add both ends.
 //!
 //! ```text
-//! peers server PROTO ADDR [--echo] [--insecure] [--cert FILE] [--no-verify] [--redundancy-none] [--packet-size BYTES] [--driver thread|task]
-//! peers client PROTO ADDR (--bytes N | --pingpong N) [--insecure] [--cert FILE] [--no-verify] [--redundancy-none] [--packet-size BYTES] [--driver thread|task]
+//! peers server PROTO ADDR [--echo] [--insecure] [--cert FILE] [--no-verify] [--redundancy-none] [--packet-size BYTES] [--driver thread|task] [--runtime multi|current]
+//! peers client PROTO ADDR (--bytes N | --pingpong N) [--insecure] [--cert FILE] [--no-verify] [--redundancy-none] [--packet-size BYTES] [--driver thread|task] [--runtime multi|current]
 //! peers server|client fencepost ADDR --connections K ...   (K concurrent connections)
 //! ```
 //! PROTO is fencepost, quinn, tcp or udp. A server serves one connection and exits.
@@ -45,10 +45,13 @@ struct Args {
     packet_size: Option<u16>,
     /// fencepost: where the endpoint's driver runs (`--driver task`: on the runtime).
     driver: DriverPlacement,
+    /// The tokio runtime the async peers (fencepost, quinn) run on: two workers, or the
+    /// calling thread alone (`--runtime current`, what a latency-bound client would pick).
+    current_thread: bool,
 }
 
 fn usage(why: &str) -> ! {
-    eprintln!("peers: {why}\nusage: peers server|client fencepost|quinn|tcp|udp ADDR [--bytes N | --pingpong N] [--echo] [--insecure] [--no-verify] [--redundancy-none] [--packet-size BYTES] [--driver thread|task] [--cert FILE]");
+    eprintln!("peers: {why}\nusage: peers server|client fencepost|quinn|tcp|udp ADDR [--bytes N | --pingpong N] [--echo] [--insecure] [--no-verify] [--redundancy-none] [--packet-size BYTES] [--driver thread|task] [--runtime multi|current] [--cert FILE]");
     std::process::exit(2);
 }
 
@@ -63,7 +66,7 @@ fn parse_args() -> Args {
         usage(&format!("PROTO {proto:?}: expected fencepost, quinn, tcp or udp"));
     }
     let addr = it.next().unwrap_or_else(|| usage("missing ADDR")).parse().unwrap_or_else(|_| usage("ADDR: expected IP:PORT"));
-    let mut a = Args { role, proto, addr, bytes: None, pingpong: None, insecure: false, redundancy_none: false, verify: true, echo: false, connections: 1, cert: None, packet_size: None, driver: DriverPlacement::Thread };
+    let mut a = Args { role, proto, addr, bytes: None, pingpong: None, insecure: false, redundancy_none: false, verify: true, echo: false, connections: 1, cert: None, packet_size: None, driver: DriverPlacement::Thread, current_thread: false };
     while let Some(flag) = it.next() {
         let mut value = |name: &str| it.next().unwrap_or_else(|| usage(&format!("{name} needs a value")));
         match flag.as_str() {
@@ -74,6 +77,13 @@ fn parse_args() -> Args {
             "--redundancy-none" => a.redundancy_none = true,
             "--no-verify" => a.verify = false,
             "--echo" => a.echo = true,
+            "--runtime" => {
+                a.current_thread = match value("--runtime").as_str() {
+                    "multi" => false,
+                    "current" => true,
+                    other => usage(&format!("--runtime: expected multi or current, got {other:?}")),
+                }
+            }
             "--driver" => {
                 a.driver = match value("--driver").as_str() {
                     "thread" => DriverPlacement::Thread,
@@ -143,7 +153,12 @@ fn pingpong_fields(rtts: Vec<f64>) -> serde_json::Value {
 
 fn main() {
     let args = parse_args();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("a tokio runtime");
+    let rt = if args.current_thread {
+        tokio::runtime::Builder::new_current_thread().enable_all().build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()
+    }
+    .expect("a tokio runtime");
     let cpu0 = cpu_seconds();
     let fields = match args.proto.as_str() {
         "fencepost" => rt.block_on(fencepost(&args)),

@@ -133,6 +133,14 @@ async fn run(shared: Arc<Shared>, socket: tokio::net::UdpSocket) {
     let mut spare: Vec<Vec<u8>> = Vec::new();
     let max_segments = shared.udp.max_gso_segments().max(1);
     let mut closing = WakerSet::default();
+    // One timer for the driver's sleeps, moved only when the deadline moves: a new one each
+    // round registered an entry with tokio's timer each time, and one earlier than the
+    // runtime's next wake-up makes it wake its I/O driver through its eventfd (two system
+    // calls in every other round trip of a ping-pong).
+    let sleep = tokio::time::sleep_until(tokio::time::Instant::now() + std::time::Duration::from_secs(1));
+    tokio::pin!(sleep);
+    // The last receive (the one that ended the wait) read the socket until it was empty.
+    let mut drained = false;
     loop {
         // Nobody holds the endpoint or any of its connections: nothing can use it again.
         if Arc::strong_count(&shared) == 1 {
@@ -141,11 +149,14 @@ async fn run(shared: Arc<Shared>, socket: tokio::net::UdpSocket) {
         // Acks that arrived while the driver was busy go in before any timer is looked at:
         // after a long burst of sending, the timers are due and the acks that would stop them
         // wait in the socket. (Straight to the socket: tokio learns of new data only when the
-        // driver next waits.)
-        if let Err(e) = receive(&shared, &socket, &mut storage, &mut metas, false) {
-            stop(&shared, format!("socket error: {e}"));
-            closing.wake();
-            return;
+        // driver next waits.) Not when the wait just ended in a receive that found the socket
+        // empty: nothing was sent since, and the call would only say so again.
+        if !std::mem::take(&mut drained) {
+            if let Err(e) = receive(&shared, &socket, &mut storage, &mut metas, false) {
+                stop(&shared, format!("socket error: {e}"));
+                closing.wake();
+                return;
+            }
         }
         let (deadline, sending) = {
             let mut st = shared.lock();
@@ -199,6 +210,9 @@ async fn run(shared: Arc<Shared>, socket: tokio::net::UdpSocket) {
             || tokio::time::Instant::now() + std::time::Duration::from_secs(1),
             |t| tokio::time::Instant::from_std(shared.epoch + std::time::Duration::from_micros(t.total_micros())),
         );
+        if sleep.deadline() != sleep_until {
+            sleep.as_mut().reset(sleep_until);
+        }
         tokio::select! {
             // Input first when several are ready, for the same reason.
             biased;
@@ -207,12 +221,15 @@ async fn run(shared: Arc<Shared>, socket: tokio::net::UdpSocket) {
                     stop(&shared, format!("socket error: {e}"));
                     return;
                 }
-                if let Err(e) = receive(&shared, &socket, &mut storage, &mut metas, true) {
-                    stop(&shared, format!("socket error: {e}"));
-                    return;
+                match receive(&shared, &socket, &mut storage, &mut metas, true) {
+                    Ok(empty) => drained = empty,
+                    Err(e) => {
+                        stop(&shared, format!("socket error: {e}"));
+                        return;
+                    }
                 }
             }
-            _ = tokio::time::sleep_until(sleep_until) => {}
+            _ = &mut sleep => {}
             _ = shared.wake_driver.notified() => {}
         }
     }
@@ -235,14 +252,15 @@ fn stop(shared: &Shared, why: String) {
 /// Drains the socket (up to a few batches) into the core.
 /// `via_tokio`: through tokio's readiness (which a WouldBlock resets), or straight to the
 /// socket whatever tokio believes.
-fn receive(shared: &Shared, socket: &tokio::net::UdpSocket, storage: &mut [u8], metas: &mut [RecvMeta], via_tokio: bool) -> io::Result<()> {
+/// Returns whether it stopped because the socket was empty (not at the stretch's bound).
+fn receive(shared: &Shared, socket: &tokio::net::UdpSocket, storage: &mut [u8], metas: &mut [RecvMeta], via_tokio: bool) -> io::Result<bool> {
     // As many buffers as hold an ack stretch when GRO fills each (one at 64 segments, all
     // of them without GRO), so one receive call does not take in many stretches at once.
     let buffers = (ACK_STRETCH_DATAGRAMS / shared.udp.gro_segments().max(1)).clamp(1, metas.len());
     let mut handled = 0;
     for _ in 0..RECV_ROUNDS {
         if handled >= ACK_STRETCH_DATAGRAMS {
-            return Ok(());
+            return Ok(false);
         }
         let mut iovs: Vec<IoSliceMut<'_>> = storage.chunks_mut(RECV_BUF).take(buffers).map(IoSliceMut::new).collect();
         let metas = &mut metas[..buffers];
@@ -253,7 +271,7 @@ fn receive(shared: &Shared, socket: &tokio::net::UdpSocket, storage: &mut [u8], 
         };
         let count = match received {
             Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
             // ICMP errors for earlier sends surface here on some systems: not ours to fail on.
             Err(e) if matches!(e.kind(), io::ErrorKind::ConnectionRefused | io::ErrorKind::ConnectionReset | io::ErrorKind::Interrupted) => continue,
             Err(e) => return Err(e),
@@ -285,7 +303,7 @@ fn receive(shared: &Shared, socket: &tokio::net::UdpSocket, storage: &mut [u8], 
             }
         }
     }
-    Ok(())
+    Ok(false)
 }
 
 /// IPv4 peers of a dual-stack socket appear as v4-mapped v6 addresses; use the v4 form consistently.

@@ -256,22 +256,50 @@ impl Shared {
         }
         let now = self.now();
         let mut scratch = std::mem::take(&mut st.inline_scratch);
+        // Room for each datagram: the largest the core writes, and never less than a handshake's.
+        let room = self.config.transport.max_datagram().max(1_500).min(scratch.len());
+        let max_segments = self.udp.max_gso_segments().clamp(1, INLINE_DATAGRAMS);
         let mut wake = false;
-        let mut sent = 0;
-        while sent < INLINE_DATAGRAMS {
-            let Some((destination, transmit)) = st.proto.poll_transmit(now, &mut scratch) else { break };
-            let datagram = &scratch[..transmit.size];
-            let out = quinn_udp::Transmit { destination, ecn: None, contents: datagram, segment_size: None, src_ip: None };
-            if self.udp.try_send((&self.inline_socket).into(), &out).is_err() {
-                // A full socket buffer (or anything else): the driver sends it, and waits if it must.
-                st.responses.push((destination, datagram.to_vec()));
+        let mut polled = 0;
+        // The datagrams held in `scratch[..held.len]`, all to one destination, each `segment`
+        // bytes but the last: sent in one system call (GSO), so a reply and the ack behind
+        // it reach the peer together.
+        let mut held = Held::default();
+        while polled < INLINE_DATAGRAMS {
+            if held.count > 0 && held.len + room > scratch.len() && !self.send_held(st, &scratch, &mut held) {
+                // What follows must not overtake what the driver now holds.
                 wake = true;
                 break;
             }
-            sent += 1;
+            let start = held.len;
+            let Some((destination, transmit)) = st.proto.poll_transmit(now, &mut scratch[start..start + room]) else { break };
+            polled += 1;
+            let size = transmit.size;
+            let joins = held.count > 0
+                && held.destination == Some(destination)
+                && held.count < max_segments
+                && held.len == held.count * held.segment
+                && size <= held.segment;
+            if held.count > 0 && !joins {
+                if !self.send_held(st, &scratch[..start], &mut held) {
+                    st.responses.push((destination, scratch[start..start + size].to_vec()));
+                    wake = true;
+                    break;
+                }
+                scratch.copy_within(start..start + size, 0);
+            }
+            if held.count == 0 {
+                held.destination = Some(destination);
+                held.segment = size;
+            }
+            held.len += size;
+            held.count += 1;
+        }
+        if held.count > 0 {
+            wake |= !self.send_held(st, &scratch, &mut held);
         }
         st.inline_scratch = scratch;
-        if sent == INLINE_DATAGRAMS {
+        if polled == INLINE_DATAGRAMS {
             wake = true;
         }
         // Sending armed timers (retransmission, pacing); the driver must wake for the earliest.
@@ -282,6 +310,32 @@ impl Shared {
         }
         wake
     }
+
+    /// Sends the held datagrams in one call and empties `held`. On failure (a full socket
+    /// buffer, or anything else) they go to the driver, which sends them and waits if it
+    /// must; returns whether they left here.
+    fn send_held(&self, st: &mut State, scratch: &[u8], held: &mut Held) -> bool {
+        let Some(destination) = held.destination else { return true };
+        let contents = &scratch[..held.len];
+        let out = quinn_udp::Transmit { destination, ecn: None, contents, segment_size: (held.count > 1).then_some(held.segment), src_ip: None };
+        let sent = self.udp.try_send((&self.inline_socket).into(), &out).is_ok();
+        if !sent {
+            for datagram in contents.chunks(held.segment) {
+                st.responses.push((destination, datagram.to_vec()));
+            }
+        }
+        *held = Held::default();
+        sent
+    }
+}
+
+/// Datagrams built on an application's thread and not yet sent (see `send_inline`).
+#[derive(Default)]
+struct Held {
+    destination: Option<SocketAddr>,
+    len: usize,
+    count: usize,
+    segment: usize,
 }
 
 /// Datagrams a write to an idle connection sends on the writer's own thread; the rest

@@ -84,6 +84,12 @@ pub struct TransportConfig {
     pub ack_every: u32,
     /// or after this long, or at once when a hole or a duplicate shows up.
     pub max_ack_delay: Duration,
+    /// An ack due by count waits up to this long (never past `max_ack_delay`) for our next
+    /// data packet, and leaves right behind it in the same send, when the exchange is one of
+    /// requests and replies: a data packet of ours came between the peer's last two, and
+    /// nothing of ours waits to be sent (the application is about to answer). Sent on its
+    /// own, the ack wakes the peer a second time for each exchange. Zero: acks never wait.
+    pub ack_coalesce: Duration,
     /// A hole is lost once a packet sent this many transmissions after it is acknowledged.
     pub reorder_threshold: u64,
     /// ... or once it is older than this fraction of an RTT beyond the latest acknowledged packet (RFC 9002: 9/8).
@@ -136,6 +142,7 @@ impl TransportConfig {
             send_policy: SendPolicy::Tick { interval: Duration::from_millis(10) },
             ack_every: 1,
             max_ack_delay: Duration::from_millis(10),
+            ack_coalesce: Duration::ZERO,
             reorder_threshold: 3,
             time_threshold: 9.0 / 8.0,
             initial_rtt: Duration::from_millis(10),
@@ -170,6 +177,7 @@ impl TransportConfig {
             send_policy: SendPolicy::Continuous,
             ack_every: 2,
             max_ack_delay: Duration::from_millis(5),
+            ack_coalesce: Duration::from_millis(1),
             reorder_threshold: 3,
             time_threshold: 9.0 / 8.0,
             initial_rtt: Duration::from_millis(100),

@@ -323,6 +323,12 @@ pub struct Connection {
     // ---- receive side ----
     assembler: Assembler,
     ack_now: bool,
+    /// An ack due by count that waits for our next data packet (see `ack_coalesce`).
+    ack_deferred: bool,
+    /// We sent a data packet since the peer's latest one arrived.
+    data_sent_since_rx: bool,
+    /// ... and had when the peer's latest arrived: its packets alternate with ours.
+    peer_alternates: bool,
     eliciting_since_ack: u32,
     highest_rx_seq: Option<u64>,
     /// Timestamp of the latest ack-eliciting packet, echoed in acks, and when it arrived.
@@ -442,6 +448,9 @@ impl Connection {
             advertised_edge: assembler.window() as u64,
             assembler,
             ack_now: false,
+            ack_deferred: false,
+            data_sent_since_rx: false,
+            peer_alternates: false,
             eliciting_since_ack: 0,
             highest_rx_seq: None,
             last_rx_timestamp: 0,
@@ -652,7 +661,7 @@ impl Connection {
     /// it waiting until this ack is on the wire, or the peer resends its FIN to nobody.
     pub fn owes_ack(&self) -> bool {
         // A drained or lost connection sends nothing more, whatever it still owed.
-        self.ack_now && !matches!(self.state, State::Drained | State::Lost)
+        (self.ack_now || self.ack_deferred) && !matches!(self.state, State::Drained | State::Lost)
     }
 
     /// Written data (or the FIN) is waiting for its first transmission. While it is, the
@@ -1292,6 +1301,7 @@ impl Connection {
         if let Some(timestamp) = timestamp {
             self.stats.data_packets_received += 1;
             self.note_ack_eliciting(now, timestamp);
+            self.peer_alternates = std::mem::take(&mut self.data_sent_since_rx);
             // What a peer that adapts its redundancy needs: first transmissions missing.
             if seq >= self.rx_expected {
                 self.rx_missing += seq - self.rx_expected;
@@ -1336,8 +1346,23 @@ impl Connection {
             Arrival::InOrder | Arrival::OutOfOrder => {
                 self.eliciting_since_ack += 1;
                 if continuous {
-                    if fin || reordered || self.eliciting_since_ack >= self.config.ack_every {
+                    if fin || reordered {
                         self.ack_now = true;
+                    } else if self.eliciting_since_ack >= self.config.ack_every {
+                        let wait = self.config.ack_coalesce.min(self.config.max_ack_delay);
+                        // A request whose answer the application is about to write: the ack
+                        // goes right behind the answer instead of waking the peer on its own.
+                        // Not when our data waits for the window (the peer may be waiting
+                        // for this ack to send what would let ours go).
+                        if wait > Duration::ZERO && self.peer_alternates && !self.has_unsent_data() {
+                            self.ack_deferred = true;
+                            let by = now + wait;
+                            if self.timers.get(Timer::Ack).is_none_or(|at| at > by) {
+                                self.timers.set(Timer::Ack, by);
+                            }
+                        } else {
+                            self.ack_now = true;
+                        }
                     } else if self.timers.get(Timer::Ack).is_none() {
                         self.timers.set(Timer::Ack, now + self.config.max_ack_delay);
                     }
@@ -1806,6 +1831,7 @@ impl Connection {
         self.bitmap_scratch = bitmap;
         self.stats.acks_sent += 1;
         self.ack_now = false;
+        self.ack_deferred = false;
         self.eliciting_since_ack = 0;
         self.timers.stop(Timer::Ack);
         self.advertised_edge = fence_base + window as u64;
@@ -1843,6 +1869,12 @@ impl Connection {
             self.stats.retransmissions += 1;
         }
         self.last_ack_eliciting_sent = now;
+        self.data_sent_since_rx = true;
+        // The deferred ack leaves next, in the same send as this packet (a shorter datagram
+        // may close a GSO batch, so it goes after the data, not before).
+        if std::mem::take(&mut self.ack_deferred) {
+            self.ack_now = true;
+        }
         let packet_type = if fin { PacketType::Close } else { PacketType::Data };
         self.redundancy.on_data_packet(now, seq, retransmission, &buf[gap..gap + plain_len]);
         // Only the header moves to the front; the body stays where the sealed packet has it.

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{at, fast_config, Duration, Pair};
+use common::{at, fast_config, Duration, Pair, DELAY};
 use fencepost_proto::wire::{Body, Packet, PacketType};
 use fencepost_proto::redundancy::{FecCode, RedundancyConfig};
 use fencepost_proto::{Arq, ConnectionError, Event, ReadError, State, TransportConfig, WriteError};
@@ -227,4 +227,122 @@ fn repairs_nobody_announced_are_violations() {
     p.client.handle_datagram(now, &repair);
     assert_eq!(p.client.stats().protocol_violations, before + 1);
     assert_eq!(p.client.stats().packets_rebuilt, 0);
+}
+
+/// Datagrams put on the wire by `step`, which must deliver none of them (a flush, or a
+/// run of at most DELAY after one): (sent at, to_server, kind).
+fn sent_by(p: &mut Pair, step: impl FnOnce(&mut Pair)) -> Vec<(fencepost_proto::Instant, bool, &'static str)> {
+    p.flush();
+    let before = p.sent;
+    step(p);
+    let n = (p.sent - before) as usize;
+    p.wire
+        .iter()
+        .skip(p.wire.len() - n)
+        .map(|(t, to_server, d)| {
+            let kind = match Packet::parse(d) {
+                Ok(Packet { body: Body::Ack(_), .. }) => "ack",
+                Ok(Packet { body: Body::Data(_), .. }) => "data",
+                _ => "other",
+            };
+            (*t - DELAY, *to_server, kind)
+        })
+        .collect()
+}
+
+/// Acks that left without a data packet of the same side at the same instant.
+fn acks_alone(sent: &[(fencepost_proto::Instant, bool, &'static str)]) -> usize {
+    sent.iter().filter(|(t, dir, kind)| *kind == "ack" && !sent.iter().any(|(u, d, k)| *k == "data" && u == t && d == dir)).count()
+}
+
+fn server_acks(sent: &[(fencepost_proto::Instant, bool, &'static str)]) -> Vec<fencepost_proto::Instant> {
+    sent.iter().filter(|(_, to_server, kind)| !to_server && *kind == "ack").map(|s| s.0).collect()
+}
+
+/// A request-reply exchange on a path whose round trip is shorter than the ack delay.
+fn exchange_config(ack_coalesce: Duration) -> TransportConfig {
+    TransportConfig { ack_coalesce, max_ack_delay: Duration::from_millis(25), ..fast_config() }
+}
+
+/// Client and server that have each sent one message and read the other's.
+fn greeted(config: TransportConfig) -> Pair {
+    let mut p = Pair::new(config.clone(), config);
+    p.client.write(b"hello").unwrap();
+    p.run_until(at(30));
+    Pair::read_all(p.server());
+    p.server().write(b"hi").unwrap();
+    p.run_until(at(60));
+    assert_eq!(Pair::read_all(&mut p.client).0, b"hi");
+    p
+}
+
+#[test]
+fn in_a_request_reply_exchange_acks_leave_behind_the_replies() {
+    assert!(fast_config().ack_coalesce > Duration::ZERO && fast_config().ack_every == 2, "the default profile coalesces");
+    let mut p = greeted(exchange_config(Duration::from_millis(1)));
+    let (client_acks, server_acks_before) = (p.client.stats().acks_sent, p.server().stats().acks_sent);
+    let mut log = Vec::new();
+    for _ in 0..20 {
+        // The client asks; the request arrives DELAY later and the server answers at once.
+        log.extend(sent_by(&mut p, |p| p.client.write(b"request").map(|_| ()).unwrap()));
+        log.extend(sent_by(&mut p, |p| p.run_until(p.now + DELAY)));
+        assert_eq!(Pair::read_all(p.server()).0, b"request");
+        log.extend(sent_by(&mut p, |p| p.server().write(b"reply").map(|_| ()).unwrap()));
+        log.extend(sent_by(&mut p, |p| p.run_until(p.now + DELAY)));
+        assert_eq!(Pair::read_all(&mut p.client).0, b"reply");
+    }
+    // Acks still flow (one per two packets received), each behind a data packet of its side.
+    let server_acked = p.server().stats().acks_sent - server_acks_before;
+    let client_acked = p.client.stats().acks_sent - client_acks;
+    assert!((9..=11).contains(&server_acked), "server acks: {server_acked}");
+    assert!((9..=11).contains(&client_acked), "client acks: {client_acked}");
+    assert_eq!(acks_alone(&log), 0, "{log:?}");
+    // One more exchange, then a request the server does not answer: the ack it makes due
+    // waits ack_coalesce for an answer, then goes alone.
+    sent_by(&mut p, |p| p.client.write(b"request").map(|_| ()).unwrap());
+    sent_by(&mut p, |p| p.run_until(p.now + DELAY));
+    Pair::read_all(p.server());
+    sent_by(&mut p, |p| p.server().write(b"reply").map(|_| ()).unwrap());
+    sent_by(&mut p, |p| p.run_until(p.now + DELAY));
+    let mut log = sent_by(&mut p, |p| p.client.write(b"unanswered").map(|_| ()).unwrap());
+    let arrival = p.now + DELAY;
+    log.extend(sent_by(&mut p, |p| p.run_until(arrival)));
+    log.extend(sent_by(&mut p, |p| p.run_until(arrival + Duration::from_millis(2))));
+    assert_eq!(server_acks(&log), vec![arrival + Duration::from_millis(1)], "{log:?}");
+}
+
+#[test]
+fn without_an_exchange_or_with_coalescing_off_the_ack_leaves_at_once() {
+    for coalesce in [Duration::from_millis(1), Duration::ZERO] {
+        // request, reply, request: the second request makes the ack due.
+        let mut p = greeted(exchange_config(coalesce));
+        let mut log = sent_by(&mut p, |p| p.client.write(b"one").map(|_| ()).unwrap());
+        log.extend(sent_by(&mut p, |p| p.run_until(p.now + DELAY)));
+        Pair::read_all(p.server());
+        log.extend(sent_by(&mut p, |p| p.server().write(b"answer").map(|_| ()).unwrap()));
+        log.extend(sent_by(&mut p, |p| p.client.write(b"two").map(|_| ()).unwrap()));
+        let arrival = p.now + DELAY;
+        log.extend(sent_by(&mut p, |p| p.run_until(arrival)));
+        if coalesce == Duration::ZERO {
+            assert_eq!(server_acks(&log), vec![arrival], "without coalescing the second packet is acked at once: {log:?}");
+        } else {
+            assert!(server_acks(&log).is_empty(), "the exchange alternates: the ack waits for the answer: {log:?}");
+        }
+    }
+    // Two requests with no answer between them: not an exchange, acked at once.
+    let mut p = greeted(exchange_config(Duration::from_millis(1)));
+    let mut log = sent_by(&mut p, |p| p.client.write(b"one").map(|_| ()).unwrap());
+    log.extend(sent_by(&mut p, |p| p.run_until(p.now + DELAY)));
+    log.extend(sent_by(&mut p, |p| p.client.write(b"two").map(|_| ()).unwrap()));
+    let arrival = p.now + DELAY;
+    log.extend(sent_by(&mut p, |p| p.run_until(arrival)));
+    assert_eq!(server_acks(&log), vec![arrival], "{log:?}");
+    // One way: the server has never sent data ("hello" and "one" make the ack due).
+    let mut p = Pair::new(exchange_config(Duration::from_millis(1)), exchange_config(Duration::from_millis(1)));
+    p.client.write(b"hello").unwrap();
+    p.run_until(at(30));
+    let mut log = sent_by(&mut p, |p| p.client.write(b"one").map(|_| ()).unwrap());
+    let arrival = p.now + DELAY;
+    log.extend(sent_by(&mut p, |p| p.run_until(arrival)));
+    assert_eq!(server_acks(&log), vec![arrival], "{log:?}");
 }
