@@ -1641,7 +1641,12 @@ impl Connection {
                 // (what is in flight never drains), the probes must carry them, lowest
                 // first, rather than declare more packets lost behind them.
                 let waiting = self.config.arq == Arq::Fence && self.disassembler.has_retransmissions();
-                let probes = timeout_probes(self.probe_loss_estimate());
+                // The stream's end is in flight: what is left is a tail only more probes
+                // (and copies of it) get through quickly. Mid-stream, the application's
+                // next write brings acks and fast retransmits; more probes would only add
+                // packets (the seed's echo at 50 % loss: 5-10 % more than needed).
+                let closing = self.disassembler.fin_sent();
+                let probes = timeout_probes(if closing { self.probe_loss_estimate() } else { self.controller.random_loss() });
                 let lost = match self.config.arq {
                     _ if waiting => 0,
                     Arq::Fence => self.disassembler.on_probe_timeout(probes),
@@ -1650,12 +1655,12 @@ impl Connection {
                 self.report_losses(now);
                 self.probes_sent.clear();
                 self.probe_copy_cursor = 0;
-                // A tail (nothing new to send) shorter than the probes the loss calls for gets
-                // them all: copies of its packets make up the rest. At 60 % loss each way a
-                // lone FIN and its ack both got through one time in six, and closing a
-                // connection took many backed-off timeouts (10 MB over 100 Mbit/s, 20 ms:
-                // delivered in 4 s, closed after 20).
-                let tail = lost > 0 && !self.disassembler.has_new();
+                // The end of the stream, shorter than the probes the loss calls for, gets them
+                // all: copies of its packets make up the rest. At 60 % loss each way a lone
+                // FIN and its ack both got through one time in six, and closing a connection
+                // took many backed-off timeouts (10 MB over 100 Mbit/s, 20 ms: delivered in
+                // 4 s, closed after 20).
+                let tail = closing && lost > 0;
                 self.probe_budget = if waiting || tail { probes as u32 } else { lost.min(probes) as u32 };
                 if waiting || lost > 0 {
                     if lost > 0 {
@@ -1962,14 +1967,19 @@ impl Connection {
         let payload = self.payload_size.min(buf.len().saturating_sub(wire::DATA_OVERHEAD));
         if let Some(seq) = copy {
             self.probe_budget -= 1;
-            let nth = self.probe_copy_cursor.div_ceil(self.probes_sent.len().max(1)) as u32;
-            return self.emit_segment_stamped(now, seq, buf, nth);
+            // Stamped after the probes resent and the copies before it: no two share a timestamp.
+            let stamped_back = (self.probes_sent.len() + self.probe_copy_cursor) as u32;
+            return self.emit_segment_stamped(now, seq, buf, stamped_back);
         }
         let seq = match self.disassembler.pop_retransmission() {
+            Some(seq) if probing && self.disassembler.fin_sent() => {
+                // The stream's end, probed: each probe stamped apart, like its copies.
+                self.probe_budget = self.probe_budget.saturating_sub(1);
+                self.probes_sent.push(seq);
+                let stamped_back = (self.probes_sent.len() - 1) as u32;
+                return self.emit_segment_stamped(now, seq, buf, stamped_back);
+            }
             Some(seq) => {
-                if probing {
-                    self.probes_sent.push(seq);
-                }
                 self.probe_budget = self.probe_budget.saturating_sub(1);
                 seq
             }
@@ -1982,18 +1992,17 @@ impl Connection {
         self.emit_segment(now, seq, buf)
     }
 
-    /// The random loss a timeout's probes must get through: the controller's model of it, or,
-    /// where the controller has none (a side that has sent little, such as a receiver
-    /// closing its half), the loss of the peer's first transmissions to us, once there are
-    /// enough of them to say (the other way is likely no better).
+    /// The random loss the probes of a closing stream must get through: the controller's
+    /// model of it, or, where the controller has none (a side that has sent little, such as
+    /// a receiver closing its half), the loss of the peer's first transmissions to us, once
+    /// there are enough of them to say (the other way is likely no better).
     fn probe_loss_estimate(&self) -> f64 {
         let measured = if self.rx_expected >= 32 { self.rx_missing as f64 / self.rx_expected as f64 } else { 0.0 };
         self.controller.random_loss().max(measured)
     }
 
     /// The next packet this timeout's probes resent that is still unacknowledged, taken in
-    /// turn, when the budget outlasts the tail (and nothing new waits: new data would probe
-    /// as well). `None` ends the round's copies.
+    /// turn, when the budget outlasts the stream's tail. `None` ends the round's copies.
     fn next_probe_copy(&mut self) -> Option<u64> {
         if self.disassembler.has_new() {
             return None;

@@ -208,6 +208,10 @@ impl Disassembler {
     pub fn fin_requested(&self) -> bool {
         self.fin_requested
     }
+    /// The FIN has its sequence number: everything the stream will carry has been sent once.
+    pub fn fin_sent(&self) -> bool {
+        self.fin_seq.is_some()
+    }
     /// The FIN was sent and the peer acknowledged it and everything before it.
     pub fn fin_acked(&self) -> bool {
         self.fin_seq.is_some_and(|f| f < self.seg_base)

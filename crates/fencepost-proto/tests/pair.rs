@@ -347,11 +347,11 @@ fn without_an_exchange_or_with_coalescing_off_the_ack_leaves_at_once() {
     assert_eq!(server_acks(&log), vec![arrival], "{log:?}");
 }
 
-/// A timeout over a short tail at heavy loss: the probes the loss calls for are all sent,
-/// copies of the tail making up what it lacks, each stamped apart so that the receiver
+/// A timeout over the end of a stream at heavy loss: the probes the loss calls for are all
+/// sent, copies of the tail making up what it lacks, each stamped apart so that the receiver
 /// acks every copy that arrives (one ack getting back is all the sender needs).
 #[test]
-fn a_short_tail_at_heavy_loss_is_probed_in_copies_each_acked() {
+fn the_end_of_a_stream_at_heavy_loss_is_probed_in_copies_each_acked() {
     use std::cell::RefCell;
     use std::rc::Rc;
     let mut p = Pair::new(fast_config(), fast_config());
@@ -365,16 +365,18 @@ fn a_short_tail_at_heavy_loss_is_probed_in_copies_each_acked() {
     p.server().write(&[5u8; 6400]).unwrap();
     p.run_until(at(2000));
     assert_eq!(Pair::read_all(&mut p.client).0.len(), 6400);
-    // Now every ack to the client is lost, and the client writes one packet: its tail.
+    // Now every ack to the client is lost, and the client ends its stream: a packet, the FIN.
     let sent: Rc<RefCell<Vec<(u32, u32)>>> = Rc::default();
     let log = sent.clone();
-    p.alter = Box::new(move |to_server, datagram| {
-        if let (true, Ok(Packet { body: Body::Data(d), .. })) = (to_server, Packet::parse(datagram)) {
-            log.borrow_mut().push((d.seq, d.timestamp));
-        }
+    p.alter = Box::new(move |to_server, datagram| match (to_server, Packet::parse(datagram)) {
+        (true, Ok(Packet { body: Body::Data(d), .. })) => log.borrow_mut().push((d.seq, d.timestamp)),
+        (true, Ok(Packet { body: Body::Close(c), .. })) => log.borrow_mut().push((c.seq, c.timestamp)),
+        _ => {}
     });
     p.drop = Box::new(|to_server, _, _, _| !to_server);
     p.client.write(b"tail").unwrap();
+    let now = p.now;
+    p.client.close(now);
     let timeouts_before = p.client.stats().retransmission_timeouts;
     let mut until = p.now;
     while p.client.stats().retransmission_timeouts == timeouts_before {
@@ -382,13 +384,14 @@ fn a_short_tail_at_heavy_loss_is_probed_in_copies_each_acked() {
         p.run_until(until);
     }
     let sent = sent.borrow().clone();
-    let seq = sent[0].0;
-    assert!(sent.iter().all(|&(s, _)| s == seq), "only the tail is sent: {sent:?}");
-    // The first transmission, then the timeout's probes: ten at the half (or so) measured
+    let (data, fin) = (sent[0].0, sent[1].0);
+    assert_eq!(fin, data + 1);
+    assert!(sent.iter().all(|&(s, _)| s == data || s == fin), "only the tail is sent: {sent:?}");
+    // Its first transmission, then the timeout's probes: ten at the half (or so) measured
     // lost, where the two a loss-free path gets would both fail three times in four.
-    assert_eq!(sent.len(), 1 + 10, "{sent:?}");
-    let stamps: std::collections::HashSet<u32> = sent.iter().map(|&(_, t)| t).collect();
-    assert_eq!(stamps.len(), sent.len(), "each copy carries its own timestamp: {sent:?}");
+    assert_eq!(sent.len(), 2 + 10, "{sent:?}");
+    let stamps: std::collections::HashSet<(u32, u32)> = sent.iter().copied().collect();
+    assert_eq!(stamps.len(), sent.len(), "each copy of a packet carries its own timestamp: {sent:?}");
     // Copies that reach the receiver one by one (a real link spaces them) draw an ack each:
     // none is taken for a duplicate sent on purpose.
     let copies: Vec<Vec<u8>> = p.wire.drain(..).filter(|w| w.1).map(|w| w.2).collect();
@@ -403,4 +406,18 @@ fn a_short_tail_at_heavy_loss_is_probed_in_copies_each_acked() {
         }
     }
     assert_eq!(acks, copies.len());
+    // Mid-stream (no FIN sent) a timeout keeps to the packets it declared lost.
+    let mut q = Pair::new(fast_config(), fast_config());
+    q.client.write(b"hello").unwrap();
+    q.run_until(at(30));
+    q.drop = Box::new(|to_server, _, _, _| !to_server);
+    let retransmissions = q.client.stats().retransmissions;
+    q.client.write(b"more").unwrap();
+    let timeouts_before = q.client.stats().retransmission_timeouts;
+    let mut until = q.now;
+    while q.client.stats().retransmission_timeouts == timeouts_before {
+        until = until + Duration::from_millis(1);
+        q.run_until(until);
+    }
+    assert_eq!(q.client.stats().retransmissions - retransmissions, 1);
 }

@@ -165,7 +165,7 @@ fn a_transfer_through_half_the_packets_lost_each_way_is_not_held_up_by_its_timer
 }
 
 /// After the last byte arrives, closing (each side's FIN and its ack) and the handshake
-/// before take little time even at 60 % loss each way: a timeout over a short tail sends
+/// before take little time even at 60 % loss each way: a timeout over a stream's end sends
 /// every probe the measured loss calls for, copies of the tail included, and the receiver
 /// acks each. With one or two probes per timeout, backed off to a second, 10 MB delivered
 /// in 3-4 s took up to 21 s to close (median over 12 seeds 1.5 s beyond the data, worst 16.8).
