@@ -35,14 +35,14 @@ const HANDSHAKE_ROOM: usize = 1_500;
 
 /// Datagrams for one destination, of one size (the last may be shorter), sent in one
 /// system call with generic segmentation offload when there are several.
-struct Batch {
-    destination: SocketAddr,
+pub(crate) struct Batch {
+    pub(crate) destination: SocketAddr,
     /// [`BATCH_BUF`] bytes, the datagrams in `data[..len]`: the core writes each datagram
     /// straight after the previous one, so nothing is copied between core and socket.
-    data: Vec<u8>,
-    len: usize,
-    segment: usize,
-    count: usize,
+    pub(crate) data: Vec<u8>,
+    pub(crate) len: usize,
+    pub(crate) segment: usize,
+    pub(crate) count: usize,
 }
 
 impl Batch {
@@ -50,9 +50,14 @@ impl Batch {
         &self.data[..self.len]
     }
 
+    /// The batch as one send: GSO when it holds several datagrams.
+    pub(crate) fn transmit(&self) -> Transmit<'_> {
+        Transmit { destination: self.destination, ecn: None, contents: self.contents(), segment_size: (self.count > 1).then_some(self.segment), src_ip: None }
+    }
+
     /// Whether a datagram of up to `max_datagram` bytes may be written after the batch's
     /// own (it joins if it also goes to the same destination and is no longer than the rest).
-    fn open_for(&self, max_datagram: usize, max_segments: usize) -> bool {
+    pub(crate) fn open_for(&self, max_datagram: usize, max_segments: usize) -> bool {
         self.count < max_segments
             // Only the last segment of a GSO send may be short.
             && self.len == self.count * self.segment
@@ -382,13 +387,7 @@ fn add_to_batches(batches: &mut Vec<Batch>, spare: &mut Vec<Vec<u8>>, destinatio
 }
 
 async fn send(shared: &Shared, socket: &tokio::net::UdpSocket, batch: &Batch) -> io::Result<()> {
-    let transmit = Transmit {
-        destination: batch.destination,
-        ecn: None,
-        contents: batch.contents(),
-        segment_size: (batch.count > 1).then_some(batch.segment),
-        src_ip: None,
-    };
+    let transmit = batch.transmit();
     loop {
         match socket.try_io(Interest::WRITABLE, || shared.udp.try_send(socket.into(), &transmit)) {
             Ok(()) => return Ok(()),

@@ -255,50 +255,46 @@ impl Shared {
             return true;
         }
         let now = self.now();
-        let mut scratch = std::mem::take(&mut st.inline_scratch);
+        // The driver's kind of batch, in the scratch buffer: datagrams to one destination
+        // sent in one system call (GSO), so a reply and the ack behind it reach the peer
+        // together. (Its destination means nothing while it holds none.)
+        let data = std::mem::take(&mut st.inline_scratch);
         // Room for each datagram: the largest the core writes, and never less than a handshake's.
-        let room = self.config.transport.max_datagram().max(1_500).min(scratch.len());
+        let room = self.config.transport.max_datagram().max(1_500).min(data.len());
         let max_segments = self.udp.max_gso_segments().clamp(1, INLINE_DATAGRAMS);
+        let mut batch = driver::Batch { destination: self.local_addr, data, len: 0, segment: 0, count: 0 };
         let mut wake = false;
         let mut polled = 0;
-        // The datagrams held in `scratch[..held.len]`, all to one destination, each `segment`
-        // bytes but the last: sent in one system call (GSO), so a reply and the ack behind
-        // it reach the peer together.
-        let mut held = Held::default();
         while polled < INLINE_DATAGRAMS {
-            if held.count > 0 && held.len + room > scratch.len() && !self.send_held(st, &scratch, &mut held) {
+            if batch.count > 0 && !batch.open_for(room, max_segments) && !self.send_batch_inline(st, &mut batch) {
                 // What follows must not overtake what the driver now holds.
                 wake = true;
                 break;
             }
-            let start = held.len;
-            let Some((destination, transmit)) = st.proto.poll_transmit(now, &mut scratch[start..start + room]) else { break };
+            let start = batch.len;
+            let Some((destination, transmit)) = st.proto.poll_transmit(now, &mut batch.data[start..start + room]) else { break };
             polled += 1;
             let size = transmit.size;
-            let joins = held.count > 0
-                && held.destination == Some(destination)
-                && held.count < max_segments
-                && held.len == held.count * held.segment
-                && size <= held.segment;
-            if held.count > 0 && !joins {
-                if !self.send_held(st, &scratch[..start], &mut held) {
-                    st.responses.push((destination, scratch[start..start + size].to_vec()));
+            if batch.count > 0 && (destination != batch.destination || size > batch.segment) {
+                // Another destination or a longer datagram: what is held leaves first.
+                if !self.send_batch_inline(st, &mut batch) {
+                    st.responses.push((destination, batch.data[start..start + size].to_vec()));
                     wake = true;
                     break;
                 }
-                scratch.copy_within(start..start + size, 0);
+                batch.data.copy_within(start..start + size, 0);
             }
-            if held.count == 0 {
-                held.destination = Some(destination);
-                held.segment = size;
+            if batch.count == 0 {
+                batch.destination = destination;
+                batch.segment = size;
             }
-            held.len += size;
-            held.count += 1;
+            batch.len += size;
+            batch.count += 1;
         }
-        if held.count > 0 {
-            wake |= !self.send_held(st, &scratch, &mut held);
+        if batch.count > 0 {
+            wake |= !self.send_batch_inline(st, &mut batch);
         }
-        st.inline_scratch = scratch;
+        st.inline_scratch = batch.data;
         if polled == INLINE_DATAGRAMS {
             wake = true;
         }
@@ -311,31 +307,20 @@ impl Shared {
         wake
     }
 
-    /// Sends the held datagrams in one call and empties `held`. On failure (a full socket
-    /// buffer, or anything else) they go to the driver, which sends them and waits if it
-    /// must; returns whether they left here.
-    fn send_held(&self, st: &mut State, scratch: &[u8], held: &mut Held) -> bool {
-        let Some(destination) = held.destination else { return true };
-        let contents = &scratch[..held.len];
-        let out = quinn_udp::Transmit { destination, ecn: None, contents, segment_size: (held.count > 1).then_some(held.segment), src_ip: None };
-        let sent = self.udp.try_send((&self.inline_socket).into(), &out).is_ok();
+    /// Sends the batch from the calling thread and empties it. On failure (a full socket
+    /// buffer, or anything else) its datagrams go to the driver, which sends them and waits
+    /// if it must; returns whether they left here.
+    fn send_batch_inline(&self, st: &mut State, batch: &mut driver::Batch) -> bool {
+        let sent = self.udp.try_send((&self.inline_socket).into(), &batch.transmit()).is_ok();
         if !sent {
-            for datagram in contents.chunks(held.segment) {
-                st.responses.push((destination, datagram.to_vec()));
+            for datagram in batch.data[..batch.len].chunks(batch.segment) {
+                st.responses.push((batch.destination, datagram.to_vec()));
             }
         }
-        *held = Held::default();
+        batch.len = 0;
+        batch.count = 0;
         sent
     }
-}
-
-/// Datagrams built on an application's thread and not yet sent (see `send_inline`).
-#[derive(Default)]
-struct Held {
-    destination: Option<SocketAddr>,
-    len: usize,
-    count: usize,
-    segment: usize,
 }
 
 /// Datagrams a write to an idle connection sends on the writer's own thread; the rest

@@ -347,6 +347,18 @@ fn without_an_exchange_or_with_coalescing_off_the_ack_leaves_at_once() {
     assert_eq!(server_acks(&log), vec![arrival], "{log:?}");
 }
 
+/// Runs the pair a millisecond at a time until the client's retransmission timer fires;
+/// returns the time reached.
+fn run_to_the_clients_next_timeout(p: &mut Pair) -> fencepost_proto::Instant {
+    let timeouts_before = p.client.stats().retransmission_timeouts;
+    let mut until = p.now;
+    while p.client.stats().retransmission_timeouts == timeouts_before {
+        until = until + Duration::from_millis(1);
+        p.run_until(until);
+    }
+    until
+}
+
 /// A timeout over the end of a stream at heavy loss: the probes the loss calls for are all
 /// sent, copies of the tail making up what it lacks, each stamped apart so that the receiver
 /// acks every copy that arrives (one ack getting back is all the sender needs).
@@ -377,12 +389,7 @@ fn the_end_of_a_stream_at_heavy_loss_is_probed_in_copies_each_acked() {
     p.client.write(b"tail").unwrap();
     let now = p.now;
     p.client.close(now);
-    let timeouts_before = p.client.stats().retransmission_timeouts;
-    let mut until = p.now;
-    while p.client.stats().retransmission_timeouts == timeouts_before {
-        until = until + Duration::from_millis(1);
-        p.run_until(until);
-    }
+    let until = run_to_the_clients_next_timeout(&mut p);
     let sent = sent.borrow().clone();
     let (data, fin) = (sent[0].0, sent[1].0);
     assert_eq!(fin, data + 1);
@@ -413,11 +420,6 @@ fn the_end_of_a_stream_at_heavy_loss_is_probed_in_copies_each_acked() {
     q.drop = Box::new(|to_server, _, _, _| !to_server);
     let retransmissions = q.client.stats().retransmissions;
     q.client.write(b"more").unwrap();
-    let timeouts_before = q.client.stats().retransmission_timeouts;
-    let mut until = q.now;
-    while q.client.stats().retransmission_timeouts == timeouts_before {
-        until = until + Duration::from_millis(1);
-        q.run_until(until);
-    }
+    run_to_the_clients_next_timeout(&mut q);
     assert_eq!(q.client.stats().retransmissions - retransmissions, 1);
 }
