@@ -47,6 +47,9 @@ PINGPONG = [
     # Both on one thread: the application's, the kernel wakes only it (TCP's and plain UDP's
     # peers are blocking threads, which is the same shape).
     ("fencepost --driver task, current-thread runtime", "fencepost", ["--driver", "task", "--runtime", "current"]),
+    # The blocking endpoint (fencepost_net::blocking): no driver, the read that waits
+    # sleeps in ppoll on the socket itself and does the driver's work when it wakes.
+    ("fencepost --driver inline (blocking endpoint)", "fencepost", ["--driver", "inline"]),
     ("quinn", "quinn", []),
     ("quinn, current-thread runtime", "quinn", ["--runtime", "current"]),
     ("kernel TCP (TCP_NODELAY)", "tcp", []),

@@ -4,8 +4,8 @@
 //! time its own process used (user + system), so `bench/peers.sh` can add both ends.
 //!
 //! ```text
-//! peers server PROTO ADDR [--echo] [--insecure] [--cert FILE] [--no-verify] [--redundancy-none] [--packet-size BYTES] [--driver thread|task] [--runtime multi|current]
-//! peers client PROTO ADDR (--bytes N | --pingpong N) [--insecure] [--cert FILE] [--no-verify] [--redundancy-none] [--packet-size BYTES] [--driver thread|task] [--runtime multi|current]
+//! peers server PROTO ADDR [--echo] [--insecure] [--cert FILE] [--no-verify] [--redundancy-none] [--packet-size BYTES] [--driver thread|task|inline] [--runtime multi|current]
+//! peers client PROTO ADDR (--bytes N | --pingpong N) [--insecure] [--cert FILE] [--no-verify] [--redundancy-none] [--packet-size BYTES] [--driver thread|task|inline] [--runtime multi|current]
 //! peers server|client fencepost ADDR --connections K ...   (K concurrent connections)
 //! ```
 //! PROTO is fencepost, quinn, tcp or udp. A server serves one connection and exits.
@@ -45,13 +45,16 @@ struct Args {
     packet_size: Option<u16>,
     /// fencepost: where the endpoint's driver runs (`--driver task`: on the runtime).
     driver: DriverPlacement,
+    /// fencepost: `--driver inline`, the blocking endpoint (`fencepost_net::blocking`), whose
+    /// calls do the driver's work on the application's thread (ping-pong only).
+    inline: bool,
     /// The tokio runtime the async peers (fencepost, quinn) run on: two workers, or the
     /// calling thread alone (`--runtime current`, what a latency-bound client would pick).
     current_thread: bool,
 }
 
 fn usage(why: &str) -> ! {
-    eprintln!("peers: {why}\nusage: peers server|client fencepost|quinn|tcp|udp ADDR [--bytes N | --pingpong N] [--echo] [--insecure] [--no-verify] [--redundancy-none] [--packet-size BYTES] [--driver thread|task] [--runtime multi|current] [--cert FILE]");
+    eprintln!("peers: {why}\nusage: peers server|client fencepost|quinn|tcp|udp ADDR [--bytes N | --pingpong N] [--echo] [--insecure] [--no-verify] [--redundancy-none] [--packet-size BYTES] [--driver thread|task|inline] [--runtime multi|current] [--cert FILE]");
     std::process::exit(2);
 }
 
@@ -66,7 +69,7 @@ fn parse_args() -> Args {
         usage(&format!("PROTO {proto:?}: expected fencepost, quinn, tcp or udp"));
     }
     let addr = it.next().unwrap_or_else(|| usage("missing ADDR")).parse().unwrap_or_else(|_| usage("ADDR: expected IP:PORT"));
-    let mut a = Args { role, proto, addr, bytes: None, pingpong: None, insecure: false, redundancy_none: false, verify: true, echo: false, connections: 1, cert: None, packet_size: None, driver: DriverPlacement::Thread, current_thread: false };
+    let mut a = Args { role, proto, addr, bytes: None, pingpong: None, insecure: false, redundancy_none: false, verify: true, echo: false, connections: 1, cert: None, packet_size: None, driver: DriverPlacement::Thread, inline: false, current_thread: false };
     while let Some(flag) = it.next() {
         let mut value = |name: &str| it.next().unwrap_or_else(|| usage(&format!("{name} needs a value")));
         match flag.as_str() {
@@ -88,7 +91,11 @@ fn parse_args() -> Args {
                 a.driver = match value("--driver").as_str() {
                     "thread" => DriverPlacement::Thread,
                     "task" => DriverPlacement::Task,
-                    other => usage(&format!("--driver {other:?}: expected thread or task")),
+                    "inline" => {
+                        a.inline = true;
+                        DriverPlacement::Thread
+                    }
+                    other => usage(&format!("--driver {other:?}: expected thread, task or inline")),
                 }
             }
             "--packet-size" => a.packet_size = Some(value("--packet-size").parse().ok().filter(|&n: &u16| n >= 64).unwrap_or_else(|| usage("--packet-size: expected a payload size in bytes, 64 to 65535"))),
@@ -100,6 +107,9 @@ fn parse_args() -> Args {
     }
     if a.role == "client" && a.bytes.is_some() == a.pingpong.is_some() {
         usage("a client needs exactly one of --bytes N or --pingpong N");
+    }
+    if a.inline && (a.bytes.is_some() || (a.role == "server" && !a.echo) || a.connections > 1) {
+        usage("--driver inline: ping-pong only (a client with --pingpong N, a server with --echo, one connection)");
     }
     a
 }
@@ -161,6 +171,7 @@ fn main() {
     .expect("a tokio runtime");
     let cpu0 = cpu_seconds();
     let fields = match args.proto.as_str() {
+        "fencepost" if args.inline => fencepost_inline(&args),
         "fencepost" => rt.block_on(fencepost(&args)),
         "quinn" => rt.block_on(quinn_peer(&args)),
         "tcp" => tcp(&args),
@@ -264,6 +275,52 @@ async fn fencepost(args: &Args) -> Result<serde_json::Value> {
         rtts.push(t.elapsed().as_secs_f64() * 1e6);
     }
     conn.close().await?;
+    Ok(pingpong_fields(rtts))
+}
+
+/// `n` round trips of a 64-byte message over a blocking byte stream (kernel TCP, or
+/// fencepost's blocking endpoint: one loop, so both are timed alike); each in µs.
+fn blocking_pingpong(stream: &mut (impl Read + Write), n: u32) -> std::io::Result<Vec<f64>> {
+    let ping = [7u8; PING];
+    let mut pong = [0u8; PING];
+    let mut rtts = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        let t = Instant::now();
+        stream.write_all(&ping)?;
+        stream.read_exact(&mut pong)?;
+        rtts.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    Ok(rtts)
+}
+
+/// fencepost's ping-pong on the blocking endpoint: the calls do the driver's work, on this
+/// thread (no runtime), like the TCP and UDP peers' blocking sockets.
+fn fencepost_inline(args: &Args) -> Result<serde_json::Value> {
+    use fencepost_net::blocking;
+    let mut transport = if args.insecure { TransportConfig::default().insecure() } else { TransportConfig::default() };
+    if args.redundancy_none {
+        transport.set_redundancy(fencepost_proto::redundancy::RedundancyConfig::None);
+    }
+    if args.role == "server" {
+        let endpoint = blocking::Endpoint::bind(args.addr, EndpointConfig::server(transport))?;
+        let mut conn = endpoint.accept()?;
+        let mut buf = vec![0u8; CHUNK];
+        let mut bytes = 0u64;
+        loop {
+            let n = conn.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            conn.write_all(&buf[..n])?;
+            bytes += n as u64;
+        }
+        conn.close()?;
+        return Ok(serde_json::json!({"bytes": bytes}));
+    }
+    let endpoint = blocking::Endpoint::bind("127.0.0.1:0".parse()?, EndpointConfig::client(transport))?;
+    let mut conn = endpoint.connect(args.addr)?;
+    let rtts = blocking_pingpong(&mut conn, args.pingpong.unwrap_or(1))?;
+    conn.close()?;
     Ok(pingpong_fields(rtts))
 }
 
@@ -402,16 +459,7 @@ fn tcp(args: &Args) -> Result<serde_json::Value> {
         return Ok(bulk_fields(got, started.elapsed().as_secs_f64()));
     }
     s.write_all(b"p")?;
-    let ping = [7u8; PING];
-    let mut pong = [0u8; PING];
-    let mut rtts = Vec::new();
-    for _ in 0..args.pingpong.unwrap_or(1) {
-        let t = Instant::now();
-        s.write_all(&ping)?;
-        s.read_exact(&mut pong)?;
-        rtts.push(t.elapsed().as_secs_f64() * 1e6);
-    }
-    Ok(pingpong_fields(rtts))
+    Ok(pingpong_fields(blocking_pingpong(&mut s, args.pingpong.unwrap_or(1))?))
 }
 
 /// Plain UDP: no reliability, no congestion control. Bulk: the client sends its bytes as

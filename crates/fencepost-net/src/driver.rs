@@ -69,11 +69,6 @@ impl Batch {
     }
 }
 
-/// A batch buffer: a spare one, or a new one.
-fn buffer(spare: &mut Vec<Vec<u8>>) -> Vec<u8> {
-    spare.pop().unwrap_or_else(|| vec![0; BATCH_BUF])
-}
-
 /// Runs the driver on a thread of its own (`DriverPlacement::Thread`, the default), with a
 /// single-threaded runtime for the socket and the timers. On the application's runtime
 /// (`DriverPlacement::Task`, which an application chooses) it is one task among the
@@ -128,15 +123,8 @@ impl Drop for StopOnDrop {
 
 async fn run(shared: Arc<Shared>, socket: tokio::net::UdpSocket) {
     let _stop = StopOnDrop(Arc::downgrade(&shared));
-    let mut storage = vec![0u8; RECV_BUF * BATCH_SIZE];
-    let mut metas = vec![RecvMeta::default(); BATCH_SIZE];
-    // The room the core gets for each datagram: the largest data packet, and never less than
-    // an Ethernet frame's, which every handshake packet fits (with 16-byte payloads the data
-    // packets are 50 bytes, the Initial at least 256). More room never makes a packet larger.
-    let max_datagram = shared.config.transport.max_datagram().max(HANDSHAKE_ROOM).min(BATCH_BUF);
-    let mut batches: Vec<Batch> = Vec::new();
-    let mut spare: Vec<Vec<u8>> = Vec::new();
-    let max_segments = shared.udp.max_gso_segments().max(1);
+    let mut inbox = Inbox::new();
+    let mut out = Outgoing::new(&shared);
     let mut closing = WakerSet::default();
     // One timer for the driver's sleeps, moved only when the deadline moves: a new one each
     // round registered an entry with tokio's timer each time, and one earlier than the
@@ -157,7 +145,7 @@ async fn run(shared: Arc<Shared>, socket: tokio::net::UdpSocket) {
         // driver next waits.) Not when the wait just ended in a receive that found the socket
         // empty: nothing was sent since, and the call would only say so again.
         if !std::mem::take(&mut drained) {
-            if let Err(e) = receive(&shared, &socket, &mut storage, &mut metas, false) {
+            if let Err(e) = receive(&shared, &mut inbox, RECV_ROUNDS, |iovs, metas| shared.udp.recv((&socket).into(), iovs, metas)) {
                 stop(&shared, format!("socket error: {e}"));
                 closing.wake();
                 return;
@@ -168,30 +156,17 @@ async fn run(shared: Arc<Shared>, socket: tokio::net::UdpSocket) {
             if st.stopped.is_some() {
                 return;
             }
-            let now = shared.now();
-            st.proto.handle_timeout(now);
-            for (destination, response) in st.responses.drain(..) {
-                add_to_batches(&mut batches, &mut spare, destination, &response, max_segments);
-            }
-            collect_transmits(&mut st, now, max_datagram, &mut batches, &mut spare, max_segments);
-            dispatch(&mut st, &mut closing);
-            // Waiters on a closed connection's last ack: it is in this round's batches if
-            // it is anywhere, so they are woken with the others once those are sent.
-            let State { flush_waits, waiters, .. } = &mut *st;
-            for handle in flush_waits.drain(..) {
-                if let Some(w) = waiters.get_mut(&handle) {
-                    closing.take_from(&mut w.closed);
-                }
-            }
-            let deadline = st.proto.poll_timeout();
+            let deadline = turn(&shared, &mut st, &mut out, &mut closing);
             st.driver_deadline = deadline;
             // While the driver holds datagrams, a writer's thread must not send past them.
-            let sending = !batches.is_empty();
+            let sending = !out.batches.is_empty();
             st.driver_sending = sending;
             (deadline, sending)
         };
-        for batch in batches.drain(..) {
-            if let Err(e) = send(&shared, &socket, &batch).await {
+        while let Some(batch) = out.next_batch() {
+            let sent = send(&shared, &socket, &batch).await;
+            out.recycle(batch);
+            if let Err(e) = sent {
                 // A datagram the kernel refuses (a vanished route, ICMP feedback) is a lost
                 // packet to the transport, which recovers; only a dead socket stops us.
                 if is_fatal(&e) {
@@ -199,9 +174,6 @@ async fn run(shared: Arc<Shared>, socket: tokio::net::UdpSocket) {
                     closing.wake();
                     return;
                 }
-            }
-            if spare.len() < SPARE_BATCHES && batch.data.len() == BATCH_BUF {
-                spare.push(batch.data);
             }
         }
         if sending {
@@ -213,7 +185,7 @@ async fn run(shared: Arc<Shared>, socket: tokio::net::UdpSocket) {
         let sleep_until = deadline.map_or_else(
             // With nothing scheduled, look again each second whether the endpoint was let go.
             || tokio::time::Instant::now() + std::time::Duration::from_secs(1),
-            |t| tokio::time::Instant::from_std(shared.epoch + std::time::Duration::from_micros(t.total_micros())),
+            |t| tokio::time::Instant::from_std(shared.instant(t)),
         );
         if sleep.deadline() != sleep_until {
             sleep.as_mut().reset(sleep_until);
@@ -226,7 +198,11 @@ async fn run(shared: Arc<Shared>, socket: tokio::net::UdpSocket) {
                     stop(&shared, format!("socket error: {e}"));
                     return;
                 }
-                match receive(&shared, &socket, &mut storage, &mut metas, true) {
+                // Through tokio's readiness, which a WouldBlock resets.
+                let received = receive(&shared, &mut inbox, RECV_ROUNDS, |iovs, metas| {
+                    socket.try_io(Interest::READABLE, || shared.udp.recv((&socket).into(), iovs, metas))
+                });
+                match received {
                     Ok(empty) => drained = empty,
                     Err(e) => {
                         stop(&shared, format!("socket error: {e}"));
@@ -237,6 +213,108 @@ async fn run(shared: Arc<Shared>, socket: tokio::net::UdpSocket) {
             _ = &mut sleep => {}
             _ = shared.wake_driver.notified() => {}
         }
+    }
+}
+
+/// One turn of the core under the endpoint's lock: its timers, then everything due to be
+/// sent (into `out`), then its events to the tasks waiting on them. Returns the core's
+/// next deadline.
+pub(crate) fn turn(shared: &Shared, st: &mut State, out: &mut Outgoing, closing: &mut WakerSet) -> Option<fencepost_proto::Instant> {
+    let now = shared.now();
+    st.proto.handle_timeout(now);
+    for (destination, response) in std::mem::take(&mut st.responses) {
+        out.add(destination, &response);
+    }
+    collect_transmits(st, now, out);
+    dispatch(st, closing);
+    // Waiters on a closed connection's last ack: it is in this turn's batches if it is
+    // anywhere, so they are woken with the others once those are sent.
+    let State { flush_waits, waiters, .. } = st;
+    for handle in flush_waits.drain(..) {
+        if let Some(w) = waiters.get_mut(&handle) {
+            closing.take_from(&mut w.closed);
+        }
+    }
+    st.proto.poll_timeout()
+}
+
+/// Datagrams on their way to the socket, in batches, and buffers kept for the next ones.
+pub(crate) struct Outgoing {
+    batches: std::collections::VecDeque<Batch>,
+    spare: Vec<Vec<u8>>,
+    /// The room the core gets for each datagram.
+    max_datagram: usize,
+    max_segments: usize,
+}
+
+impl Outgoing {
+    pub(crate) fn new(shared: &Shared) -> Outgoing {
+        Outgoing {
+            batches: std::collections::VecDeque::new(),
+            spare: Vec::new(),
+            // The largest data packet, and never less than an Ethernet frame's, which every
+            // handshake packet fits (with 16-byte payloads the data packets are 50 bytes, the
+            // Initial at least 256). More room never makes a packet larger.
+            max_datagram: shared.config.transport.max_datagram().max(HANDSHAKE_ROOM).min(BATCH_BUF),
+            max_segments: shared.udp.max_gso_segments().max(1),
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.batches.is_empty()
+    }
+
+    /// The oldest batch not yet sent; hand its buffer back with [`Outgoing::recycle`].
+    pub(crate) fn next_batch(&mut self) -> Option<Batch> {
+        self.batches.pop_front()
+    }
+
+    pub(crate) fn recycle(&mut self, batch: Batch) {
+        if self.spare.len() < SPARE_BATCHES && batch.data.len() == BATCH_BUF {
+            self.spare.push(batch.data);
+        }
+    }
+
+    /// A batch buffer: a spare one, or a new one.
+    fn buffer(&mut self) -> Vec<u8> {
+        self.spare.pop().unwrap_or_else(|| vec![0; BATCH_BUF])
+    }
+
+    /// Appends a datagram written elsewhere (a stateless response, one the writer's thread
+    /// could not send) to the last batch if GSO can carry it there, or starts a new batch.
+    fn add(&mut self, destination: SocketAddr, datagram: &[u8]) {
+        if datagram.len() > BATCH_BUF {
+            return; // never written by the core; a datagram UDP cannot carry anyway
+        }
+        let max_segments = self.max_segments;
+        if let Some(b) = self.batches.back_mut().filter(|b| b.joins(destination, datagram.len(), max_segments)) {
+            b.data[b.len..b.len + datagram.len()].copy_from_slice(datagram);
+            b.len += datagram.len();
+            b.count += 1;
+            return;
+        }
+        // A flood of handshakes makes a batch per source address: without a spare buffer,
+        // one just the datagram's size (the core then writes into buffers of its own).
+        let data = match self.spare.pop() {
+            Some(mut data) => {
+                data[..datagram.len()].copy_from_slice(datagram);
+                data
+            }
+            None => datagram.to_vec(),
+        };
+        self.batches.push_back(Batch { destination, data, len: datagram.len(), segment: datagram.len(), count: 1 });
+    }
+}
+
+/// Where received datagrams land: [`BATCH_SIZE`] buffers of [`RECV_BUF`] bytes.
+pub(crate) struct Inbox {
+    storage: Vec<u8>,
+    metas: Vec<RecvMeta>,
+}
+
+impl Inbox {
+    pub(crate) fn new() -> Inbox {
+        Inbox { storage: vec![0u8; RECV_BUF * BATCH_SIZE], metas: vec![RecvMeta::default(); BATCH_SIZE] }
     }
 }
 
@@ -254,27 +332,26 @@ fn stop(shared: &Shared, why: String) {
     st.accept_waiter.wake();
 }
 
-/// Drains the socket (up to a few batches) into the core.
-/// `via_tokio`: through tokio's readiness (which a WouldBlock resets), or straight to the
-/// socket whatever tokio believes.
-/// Returns whether it stopped because the socket was empty (not at the stretch's bound).
-fn receive(shared: &Shared, socket: &tokio::net::UdpSocket, storage: &mut [u8], metas: &mut [RecvMeta], via_tokio: bool) -> io::Result<bool> {
+/// Reads the socket into the core, up to `rounds` receive calls, through `recv` (one
+/// call of `recvmmsg`, straight or through tokio's readiness).
+/// Returns whether it stopped because the socket was empty (not at a bound).
+pub(crate) fn receive(
+    shared: &Shared,
+    inbox: &mut Inbox,
+    rounds: usize,
+    mut recv: impl FnMut(&mut [IoSliceMut<'_>], &mut [RecvMeta]) -> io::Result<usize>,
+) -> io::Result<bool> {
     // As many buffers as hold an ack stretch when GRO fills each (one at 64 segments, all
     // of them without GRO), so one receive call does not take in many stretches at once.
-    let buffers = (ACK_STRETCH_DATAGRAMS / shared.udp.gro_segments().max(1)).clamp(1, metas.len());
+    let buffers = (ACK_STRETCH_DATAGRAMS / shared.udp.gro_segments().max(1)).clamp(1, inbox.metas.len());
     let mut handled = 0;
-    for _ in 0..RECV_ROUNDS {
+    for _ in 0..rounds {
         if handled >= ACK_STRETCH_DATAGRAMS {
             return Ok(false);
         }
-        let mut iovs: Vec<IoSliceMut<'_>> = storage.chunks_mut(RECV_BUF).take(buffers).map(IoSliceMut::new).collect();
-        let metas = &mut metas[..buffers];
-        let received = if via_tokio {
-            socket.try_io(Interest::READABLE, || shared.udp.recv(socket.into(), &mut iovs, metas))
-        } else {
-            shared.udp.recv(socket.into(), &mut iovs, metas)
-        };
-        let count = match received {
+        let mut iovs: Vec<IoSliceMut<'_>> = inbox.storage.chunks_mut(RECV_BUF).take(buffers).map(IoSliceMut::new).collect();
+        let metas = &mut inbox.metas[..buffers];
+        let count = match recv(&mut iovs, metas) {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
             // ICMP errors for earlier sends surface here on some systems: not ours to fail on.
@@ -285,7 +362,7 @@ fn receive(shared: &Shared, socket: &tokio::net::UdpSocket, storage: &mut [u8], 
         let mut st = shared.lock();
         let now = shared.now();
         let mut response = [0u8; 64];
-        for (meta, buf) in metas.iter().take(count).zip(storage.chunks_mut(RECV_BUF)) {
+        for (meta, buf) in metas.iter().take(count).zip(inbox.storage.chunks_mut(RECV_BUF)) {
             let stride = meta.stride.max(1);
             // With GRO one buffer holds several datagrams of `stride` bytes (the last may be shorter).
             // Each is opened where it lies: the buffer is refilled by the next receive anyway.
@@ -325,16 +402,10 @@ fn normalize(addr: SocketAddr) -> SocketAddr {
 /// Everything the connections have to send now, written by the core straight into the
 /// batch buffers: after the last batch's datagrams while one more of any size fits there,
 /// else at the start of a new buffer.
-fn collect_transmits(
-    st: &mut State,
-    now: fencepost_proto::Instant,
-    max_datagram: usize,
-    batches: &mut Vec<Batch>,
-    spare: &mut Vec<Vec<u8>>,
-    max_segments: usize,
-) {
+fn collect_transmits(st: &mut State, now: fencepost_proto::Instant, out: &mut Outgoing) {
+    let (max_datagram, max_segments) = (out.max_datagram, out.max_segments);
     loop {
-        match batches.last_mut().filter(|b| b.open_for(max_datagram, max_segments)) {
+        match out.batches.back_mut().filter(|b| b.open_for(max_datagram, max_segments)) {
             Some(b) => {
                 let start = b.len;
                 let Some((destination, transmit)) = st.proto.poll_transmit(now, &mut b.data[start..start + max_datagram]) else { return };
@@ -344,45 +415,20 @@ fn collect_transmits(
                     b.count += 1;
                 } else {
                     // Another destination or a longer datagram: it starts a batch of its own.
-                    let mut data = buffer(spare);
+                    let mut data = out.spare.pop().unwrap_or_else(|| vec![0; BATCH_BUF]);
                     data[..transmit.size].copy_from_slice(&b.data[start..start + transmit.size]);
-                    batches.push(Batch { destination, data, len: transmit.size, segment: transmit.size, count: 1 });
+                    out.batches.push_back(Batch { destination, data, len: transmit.size, segment: transmit.size, count: 1 });
                 }
             }
             None => {
-                let mut data = buffer(spare);
+                let mut data = out.buffer();
                 let Some((destination, transmit)) = st.proto.poll_transmit(now, &mut data[..max_datagram]) else {
-                    spare.push(data);
+                    out.spare.push(data);
                     return;
                 };
-                batches.push(Batch { destination, data, len: transmit.size, segment: transmit.size, count: 1 });
+                out.batches.push_back(Batch { destination, data, len: transmit.size, segment: transmit.size, count: 1 });
             }
         }
-    }
-}
-
-/// Appends a datagram written elsewhere (a stateless response, one the writer's thread
-/// could not send) to the last batch if GSO can carry it there, or starts a new batch.
-fn add_to_batches(batches: &mut Vec<Batch>, spare: &mut Vec<Vec<u8>>, destination: SocketAddr, datagram: &[u8], max_segments: usize) {
-    if datagram.len() > BATCH_BUF {
-        return; // never written by the core; a datagram UDP cannot carry anyway
-    }
-    if batches.last().is_some_and(|b| b.joins(destination, datagram.len(), max_segments)) {
-        let b = batches.last_mut().expect("checked above");
-        b.data[b.len..b.len + datagram.len()].copy_from_slice(datagram);
-        b.len += datagram.len();
-        b.count += 1;
-    } else {
-        // A flood of handshakes makes a batch per source address: without a spare buffer,
-        // one just the datagram's size (the core then writes into buffers of its own).
-        let data = match spare.pop() {
-            Some(mut data) => {
-                data[..datagram.len()].copy_from_slice(datagram);
-                data
-            }
-            None => datagram.to_vec(),
-        };
-        batches.push(Batch { destination, data, len: datagram.len(), segment: datagram.len(), count: 1 });
     }
 }
 

@@ -4,8 +4,10 @@
 //! by connection id. A driver, on a thread of its own, moves datagrams between the socket and the
 //! sans-IO core (batched with recvmmsg/GRO and GSO where the kernel has them,
 //! through `quinn-udp`) and runs the core's timers. [`Connection`] is a byte
-//! stream implementing `AsyncRead` and `AsyncWrite`.
+//! stream implementing `AsyncRead` and `AsyncWrite`. [`blocking`] has the same endpoint
+//! without a driver: blocking calls that run the transport on the caller's thread.
 
+pub mod blocking;
 mod driver;
 pub mod tools;
 
@@ -153,6 +155,16 @@ impl From<NetError> for io::Error {
     }
 }
 
+/// What a client that got no answer to its handshake should check: silence is all a
+/// protected server gives a client it cannot authenticate to.
+fn connect_hint(config: &EndpointConfig) -> &'static str {
+    match config.transport.protection.noise() {
+        None => " (is the server plaintext too? a protected server ignores --insecure clients)",
+        Some(n) if n.peer.is_some() => " (is the server there, and is --peer-key its key? a server ignores a handshake for another key)",
+        Some(_) => " (is the server there, and protected too? a plaintext server ignores protected clients)",
+    }
+}
+
 /// Tasks waiting for one thing. Several may (two threads writing to one socket, a
 /// reader and a closer): each is woken, so none is left waiting for a wake-up another took.
 #[derive(Default)]
@@ -223,6 +235,27 @@ struct State {
     flush_waits: Vec<ConnectionHandle>,
 }
 
+impl State {
+    /// The application let go of a connection: it closes gracefully (a FIN after what was
+    /// written), and is forgotten once it is done, now if it already is.
+    fn release(&mut self, handle: ConnectionHandle, now: fencepost_proto::Instant) {
+        if let Some(conn) = self.proto.connection_mut(handle) {
+            conn.close(now);
+        }
+        let drained = match self.waiters.get_mut(&handle) {
+            Some(w) => {
+                w.released = true;
+                w.drained
+            }
+            None => false,
+        };
+        if drained {
+            self.proto.remove(handle);
+            self.waiters.remove(&handle);
+        }
+    }
+}
+
 struct Shared {
     udp: quinn_udp::UdpSocketState,
     /// The endpoint's socket (a second descriptor for it) for sends from the application's
@@ -243,6 +276,57 @@ impl Shared {
 
     fn now(&self) -> fencepost_proto::Instant {
         fencepost_proto::Instant::from_micros(self.epoch.elapsed().as_micros() as u64)
+    }
+
+    /// The core's instant `t` on the system's clock.
+    fn instant(&self, t: fencepost_proto::Instant) -> std::time::Instant {
+        self.epoch + Duration::from_micros(t.total_micros())
+    }
+
+    /// Binds `addr` and builds the endpoint's state (no driver yet); returns the socket the
+    /// driver is to read.
+    fn bind(addr: SocketAddr, config: EndpointConfig) -> Result<(Arc<Shared>, std::net::UdpSocket), NetError> {
+        let std_socket = std::net::UdpSocket::bind(addr).map_err(|source| NetError::Bind { addr, source })?;
+        std_socket.set_nonblocking(true).map_err(NetError::Io)?;
+        let udp = quinn_udp::UdpSocketState::new((&std_socket).into()).map_err(NetError::Io)?;
+        // Bulk transfers arrive in bursts; room in the kernel queues spares drops on loopback.
+        let _ = udp.set_recv_buffer_size((&std_socket).into(), 8 << 20);
+        let _ = udp.set_send_buffer_size((&std_socket).into(), 8 << 20);
+        force_recv_buffer(&std_socket, RECV_BUFFER_FORCED);
+        let local_addr = std_socket.local_addr().map_err(NetError::Io)?;
+        let inline_socket = std_socket.try_clone().map_err(NetError::Io)?;
+        let mut transport = config.transport.clone();
+        transport.timer_granularity = transport.timer_granularity.max(TIMER_GRANULARITY);
+        let proto_config = ProtoEndpointConfig {
+            transport: Arc::new(transport),
+            accept_incoming: config.server,
+            max_connections: config.max_connections,
+            buffer_budget: config.buffer_budget,
+        };
+        // Connection ids, ephemeral keys and the endpoint's secrets all grow from these bytes.
+        let mut entropy = [0u8; 32];
+        getrandom::fill(&mut entropy).map_err(|e| NetError::Io(io::Error::other(format!("the OS's random source failed: {e}"))))?;
+        let shared = Arc::new(Shared {
+            udp,
+            inline_socket,
+            state: Mutex::new(State {
+                proto: ProtoEndpoint::with_entropy(proto_config, entropy),
+                waiters: HashMap::new(),
+                accept_queue: VecDeque::new(),
+                accept_waiter: WakerSet::default(),
+                stopped: None,
+                responses: Vec::new(),
+                driver_deadline: None,
+                inline_scratch: vec![0u8; 65_536],
+                driver_sending: false,
+                flush_waits: Vec::new(),
+            }),
+            wake_driver: tokio::sync::Notify::new(),
+            epoch: std::time::Instant::now(),
+            local_addr,
+            config,
+        });
+        Ok((shared, std_socket))
     }
 
     /// Sends what is due now, up to [`INLINE_DATAGRAMS`] datagrams, from the calling thread:
@@ -334,48 +418,9 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    /// Binds `addr` and starts the endpoint's driver on a thread of its own.
+    /// Binds `addr` and starts the endpoint's driver where `config.driver` says.
     pub async fn bind(addr: SocketAddr, config: EndpointConfig) -> Result<Endpoint, NetError> {
-        let std_socket = std::net::UdpSocket::bind(addr).map_err(|source| NetError::Bind { addr, source })?;
-        std_socket.set_nonblocking(true).map_err(NetError::Io)?;
-        let udp = quinn_udp::UdpSocketState::new((&std_socket).into()).map_err(NetError::Io)?;
-        // Bulk transfers arrive in bursts; room in the kernel queues spares drops on loopback.
-        let _ = udp.set_recv_buffer_size((&std_socket).into(), 8 << 20);
-        let _ = udp.set_send_buffer_size((&std_socket).into(), 8 << 20);
-        force_recv_buffer(&std_socket, RECV_BUFFER_FORCED);
-        let local_addr = std_socket.local_addr().map_err(NetError::Io)?;
-        let inline_socket = std_socket.try_clone().map_err(NetError::Io)?;
-        let mut transport = config.transport.clone();
-        transport.timer_granularity = transport.timer_granularity.max(TIMER_GRANULARITY);
-        let proto_config = ProtoEndpointConfig {
-            transport: Arc::new(transport),
-            accept_incoming: config.server,
-            max_connections: config.max_connections,
-            buffer_budget: config.buffer_budget,
-        };
-        // Connection ids, ephemeral keys and the endpoint's secrets all grow from these bytes.
-        let mut entropy = [0u8; 32];
-        getrandom::fill(&mut entropy).map_err(|e| NetError::Io(io::Error::other(format!("the OS's random source failed: {e}"))))?;
-        let shared = Arc::new(Shared {
-            udp,
-            inline_socket,
-            state: Mutex::new(State {
-                proto: ProtoEndpoint::with_entropy(proto_config, entropy),
-                waiters: HashMap::new(),
-                accept_queue: VecDeque::new(),
-                accept_waiter: WakerSet::default(),
-                stopped: None,
-                responses: Vec::new(),
-                driver_deadline: None,
-                inline_scratch: vec![0u8; 65_536],
-                driver_sending: false,
-                flush_waits: Vec::new(),
-            }),
-            wake_driver: tokio::sync::Notify::new(),
-            epoch: std::time::Instant::now(),
-            local_addr,
-            config,
-        });
+        let (shared, std_socket) = Shared::bind(addr, config)?;
         match shared.config.driver {
             DriverPlacement::Thread => driver::start(shared.clone(), std_socket),
             DriverPlacement::Task => driver::spawn(shared.clone(), std_socket),
@@ -423,13 +468,7 @@ impl Endpoint {
             Ok(Err(e)) => Err(e),
             Err(_) => {
                 connection.abort();
-                // Silence is all a protected server gives a client it cannot authenticate to.
-                let hint = match self.shared.config.transport.protection.noise() {
-                    None => " (is the server plaintext too? a protected server ignores --insecure clients)",
-                    Some(n) if n.peer.is_some() => " (is the server there, and is --peer-key its key? a server ignores a handshake for another key)",
-                    Some(_) => " (is the server there, and protected too? a plaintext server ignores protected clients)",
-                };
-                Err(NetError::ConnectTimeout { addr, after, hint })
+                Err(NetError::ConnectTimeout { addr, after, hint: connect_hint(&self.shared.config) })
             }
         }
     }
@@ -741,23 +780,8 @@ impl Connection {
 impl Drop for Connection {
     fn drop(&mut self) {
         // Like a TCP socket: dropping closes gracefully in the background.
-        let mut st = self.shared.lock();
         let now = self.shared.now();
-        if let Some(conn) = st.proto.connection_mut(self.handle) {
-            conn.close(now);
-        }
-        let drained = match st.waiters.get_mut(&self.handle) {
-            Some(w) => {
-                w.released = true;
-                w.drained
-            }
-            None => false,
-        };
-        if drained {
-            st.proto.remove(self.handle);
-            st.waiters.remove(&self.handle);
-        }
-        drop(st);
+        self.shared.lock().release(self.handle, now);
         self.shared.wake_driver.notify_one();
     }
 }

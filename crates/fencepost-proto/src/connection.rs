@@ -40,6 +40,8 @@ const MAX_HANDSHAKE_COPIES: u32 = 3;
 
 /// The most probes one retransmission timeout sends past the window.
 const MAX_TIMEOUT_PROBES: u64 = 16;
+/// Most ack-eliciting packets an ack covers in a request/reply exchange (see `ack_every_now`).
+const ALTERNATING_ACK_STRETCH: u32 = 8;
 
 /// How many outstanding packets a retransmission timeout resends as probes: two (RFC 9002's
 /// PTO), or on a path that loses a share `p` of packets at random each way as many as make
@@ -362,6 +364,9 @@ pub struct Connection {
     feedback_sent_at: u64,
     /// `rx_missing` when feedback last left.
     feedback_missing_at: u64,
+    /// When our latest ack or data packet was written: feedback due then goes right behind
+    /// it, in the same send (see `poll_transmit`).
+    last_ride: Option<Instant>,
     /// Losses already told to the redundancy stage.
     losses_reported: u64,
 }
@@ -471,6 +476,7 @@ impl Connection {
             rx_missing: 0,
             feedback_sent_at: 0,
             feedback_missing_at: 0,
+            last_ride: None,
             losses_reported: 0,
             config,
         }
@@ -1198,7 +1204,13 @@ impl Connection {
         if self.ack_now {
             return self.emit_ack(now, buf);
         }
-        if self.fec_decoder.is_some() && self.peer_redundancy.adapts() && self.feedback_due() {
+        // Feedback rides behind an ack or a data packet written in this same round (the
+        // driver's `now` is the round's): sent on its own, as soon as a packet made it due,
+        // it woke the peer once more, and in a request/reply exchange it reached the peer
+        // ahead of the reply, which then waited for a second wake-up (on loopback one round
+        // trip in 256 took 10 µs longer). A receiver acks what it receives, so there is
+        // always a ride within `max_ack_delay`.
+        if self.last_ride == Some(now) && self.fec_decoder.is_some() && self.peer_redundancy.adapts() && self.feedback_due() {
             // The peer's repairs follow the loss: tell it what the path loses.
             self.feedback_sent_at = self.rx_expected;
             self.feedback_missing_at = self.rx_missing;
@@ -1354,13 +1366,13 @@ impl Connection {
                 if continuous {
                     if fin || reordered {
                         self.ack_now = true;
-                    } else if self.eliciting_since_ack >= self.config.ack_every {
+                    } else if self.eliciting_since_ack >= self.ack_every_now() {
                         let wait = self.config.ack_coalesce.min(self.config.max_ack_delay);
                         // A request whose answer the application is about to write: the ack
                         // goes right behind the answer instead of waking the peer on its own.
                         // Not when our data waits for the window (the peer may be waiting
                         // for this ack to send what would let ours go).
-                        if wait > Duration::ZERO && self.peer_alternates && !self.has_unsent_data() {
+                        if wait > Duration::ZERO && self.exchange_alternates() {
                             self.ack_deferred = true;
                             let by = now + wait;
                             if self.timers.get(Timer::Ack).is_none_or(|at| at > by) {
@@ -1849,6 +1861,7 @@ impl Connection {
         let transmit = self.emit(now, &packet, buf, None, false);
         self.bitmap_scratch = bitmap;
         self.stats.acks_sent += 1;
+        self.last_ride = Some(now);
         self.ack_now = false;
         self.ack_deferred = false;
         self.eliciting_since_ack = 0;
@@ -1862,6 +1875,30 @@ impl Connection {
     /// redundancy stage, and sends it the one way out.
     fn emit_segment(&mut self, now: Instant, seq: u64, buf: &mut [u8]) -> Option<Transmit> {
         self.emit_segment_stamped(now, seq, buf, 0)
+    }
+
+    /// The peer's packets alternate with ours and nothing of ours waits to be sent: a
+    /// request/reply exchange, where an ack can ride behind our next data packet.
+    fn exchange_alternates(&self) -> bool {
+        self.peer_alternates && !self.has_unsent_data()
+    }
+
+    /// Ack-eliciting packets an ack is due after. In a request/reply exchange where acks
+    /// ride behind replies (`ack_coalesce`), one every `ack_every` packets still costs each
+    /// side a datagram to seal, send, open and process every other exchange (on loopback
+    /// about two microseconds of a 25 µs round trip). Such an ack frees a packet or two and
+    /// gives an RTT sample, nothing a sender with one request in flight is waiting for, so
+    /// there it is due after as many exchanges as fit in `max_ack_delay` at the smoothed
+    /// RTT (the peer's retransmission timer allows for that delay), at most
+    /// [`ALTERNATING_ACK_STRETCH`]; until then the ack timer (`max_ack_delay`) bounds it as
+    /// it bounds any ack. On a path whose RTT exceeds `max_ack_delay`, `ack_every`.
+    fn ack_every_now(&self) -> u32 {
+        let every = self.config.ack_every;
+        if self.config.ack_coalesce == Duration::ZERO || !self.exchange_alternates() || !self.rtt.has_sample() {
+            return every;
+        }
+        let fit = self.config.max_ack_delay.total_micros() / self.rtt.get().total_micros().max(1);
+        (fit.min(ALTERNATING_ACK_STRETCH as u64) as u32).max(every)
     }
 
     /// As [`Connection::emit_segment`], the timestamp set `stamped_back` microseconds before
@@ -1897,6 +1934,7 @@ impl Connection {
             self.stats.retransmissions += 1;
         }
         self.last_ack_eliciting_sent = now;
+        self.last_ride = Some(now);
         self.data_sent_since_rx = true;
         // The deferred ack leaves next, in the same send as this packet (a shorter datagram
         // may close a GSO batch, so it goes after the data, not before).

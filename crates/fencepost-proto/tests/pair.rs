@@ -5,7 +5,7 @@ mod common;
 use common::{at, fast_config, Duration, Pair, DELAY};
 use fencepost_proto::wire::{Body, Packet, PacketType};
 use fencepost_proto::redundancy::{FecCode, RedundancyConfig};
-use fencepost_proto::{Arq, ConnectionError, Event, ReadError, State, TransportConfig, WriteError};
+use fencepost_proto::{Arq, ConnectionError, ControllerConfig, Event, FixedConfig, ReadError, State, TransportConfig, WriteError};
 
 #[test]
 fn handshake_data_both_ways_and_graceful_close() {
@@ -243,6 +243,7 @@ fn sent_by(p: &mut Pair, step: impl FnOnce(&mut Pair)) -> Vec<(fencepost_proto::
             let kind = match Packet::parse(d) {
                 Ok(Packet { body: Body::Ack(_), .. }) => "ack",
                 Ok(Packet { body: Body::Data(_), .. }) => "data",
+                Ok(Packet { body: Body::Feedback(_), .. }) => "feedback",
                 _ => "other",
             };
             (*t - DELAY, *to_server, kind)
@@ -309,6 +310,76 @@ fn in_a_request_reply_exchange_acks_leave_behind_the_replies() {
     log.extend(sent_by(&mut p, |p| p.run_until(arrival)));
     log.extend(sent_by(&mut p, |p| p.run_until(arrival + Duration::from_millis(2))));
     assert_eq!(server_acks(&log), vec![arrival + Duration::from_millis(1)], "{log:?}");
+}
+
+/// `n` exchanges of a request and an answered reply; the datagrams they put on the wire.
+fn exchanges(p: &mut Pair, n: usize) -> Vec<(fencepost_proto::Instant, bool, &'static str)> {
+    let mut log = Vec::new();
+    for _ in 0..n {
+        log.extend(sent_by(p, |p| p.client.write(b"request").map(|_| ()).unwrap()));
+        log.extend(sent_by(p, |p| p.run_until(p.now + DELAY)));
+        assert_eq!(Pair::read_all(p.server()).0, b"request");
+        log.extend(sent_by(p, |p| p.server().write(b"reply").map(|_| ()).unwrap()));
+        log.extend(sent_by(p, |p| p.run_until(p.now + DELAY)));
+        assert_eq!(Pair::read_all(&mut p.client).0, b"reply");
+    }
+    log
+}
+
+#[test]
+fn when_many_exchanges_fit_in_the_ack_delay_acks_cover_several() {
+    // A 10 ms round trip and a 100 ms ack delay: ten exchanges fit, eight (the most) are
+    // covered by one ack; with a 25 ms delay two fit, and acks stay one per two packets.
+    for (max_ack_delay, per_ack) in [(100, 8), (25, 2)] {
+        let config = TransportConfig { max_ack_delay: Duration::from_millis(max_ack_delay), ..exchange_config(Duration::from_millis(1)) };
+        let mut p = greeted(config);
+        exchanges(&mut p, 8); // the RTT estimate settles
+        let (client_before, server_before) = (p.client.stats().acks_sent, p.server().stats().acks_sent);
+        let timeouts_before = p.client.stats().retransmission_timeouts;
+        let log = exchanges(&mut p, 48);
+        let expected = 48 / per_ack as u64;
+        let server_acked = p.server().stats().acks_sent - server_before;
+        let client_acked = p.client.stats().acks_sent - client_before;
+        assert!(server_acked.abs_diff(expected) <= 1, "ack delay {max_ack_delay} ms: server acks {server_acked}, expected {expected}");
+        assert!(client_acked.abs_diff(expected) <= 1, "ack delay {max_ack_delay} ms: client acks {client_acked}, expected {expected}");
+        assert_eq!(acks_alone(&log), 0, "{log:?}");
+        assert_eq!(p.client.stats().retransmission_timeouts, timeouts_before, "rarer acks must not fire the peer's timer");
+        assert_eq!(p.client.stats().retransmissions, 0);
+    }
+    // An exchange that stops: what is owed is acked within the ack delay all the same.
+    let config = TransportConfig { max_ack_delay: Duration::from_millis(100), ..exchange_config(Duration::from_millis(1)) };
+    let mut p = greeted(config);
+    exchanges(&mut p, 11);
+    sent_by(&mut p, |p| p.client.write(b"last").map(|_| ()).unwrap());
+    let arrival = p.now + DELAY;
+    let mut log = sent_by(&mut p, |p| p.run_until(arrival));
+    for ms in 1..=101 {
+        log.extend(sent_by(&mut p, |p| p.run_until(arrival + Duration::from_millis(ms))));
+    }
+    let acks = server_acks(&log);
+    assert_eq!(acks.len(), 1, "{log:?}");
+    assert!(acks[0] <= arrival + Duration::from_millis(100), "acked at {:?}, the last request arrived at {arrival:?}", acks[0]);
+}
+
+#[test]
+fn feedback_for_adaptive_repairs_rides_behind_an_ack_or_a_reply() {
+    // The default profile's adaptive redundancy: the receiver reports what the path loses.
+    let config = TransportConfig {
+        max_payload: 100,
+        controller: ControllerConfig::Fixed(FixedConfig::default().window_packets(64)),
+        max_ack_delay: Duration::from_millis(25),
+        ..TransportConfig::default_profile().insecure()
+    };
+    let mut p = greeted(config);
+    let before = (p.client.stats().feedback_sent, p.server().stats().feedback_sent);
+    let log = exchanges(&mut p, 600);
+    let sent = (p.client.stats().feedback_sent - before.0, p.server().stats().feedback_sent - before.1);
+    assert!(sent.0 >= 2 && sent.1 >= 2, "feedback sent by client and server: {sent:?}");
+    let alone: Vec<_> = log
+        .iter()
+        .filter(|(t, dir, kind)| *kind == "feedback" && !log.iter().any(|(u, d, k)| (*k == "data" || *k == "ack") && u == t && d == dir))
+        .collect();
+    assert!(alone.is_empty(), "feedback sent on its own: {alone:?}");
 }
 
 #[test]

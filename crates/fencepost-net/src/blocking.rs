@@ -1,0 +1,454 @@
+//! A blocking endpoint whose I/O runs on the calling thread, like a TCP socket's.
+//!
+//! [`crate::Endpoint`] has a driver (a thread, or a task on the application's runtime)
+//! that receives, sends and runs the timers, and wakes the task that reads. Every
+//! received packet then crosses from the driver to the reader: a futex or an `epoll`
+//! wake-up, a second system call to find the socket empty again, and a few microseconds
+//! of scheduling, which is most of a small request/reply round trip on loopback.
+//! Here there is no driver: a call that has to wait ([`Connection::read`], a
+//! [`Connection::write`] with a full send buffer, [`Endpoint::accept`],
+//! [`Connection::close`]) does the driver's work itself, sleeping in the socket's receive
+//! call (`recvmmsg` on a blocking socket, `SO_RCVTIMEO` set to the core's next timer)
+//! until a datagram arrives or the timer is due. A received reply costs one wake-up of
+//! the thread that waits for it and one system call, as with a TCP socket.
+//!
+//! The price is the one every event loop pays: the endpoint makes progress only while one
+//! of its calls runs. Acks, retransmissions and the peer's handshakes wait while the
+//! application does something else; a peer sees a long pause as loss and its timers back
+//! off. It suits a client or a server that spends its time in the transport's calls (a
+//! request/reply exchange, a bulk sender or receiver). The types are not `Send`: an
+//! endpoint and its connections are used from the thread that bound it.
+
+use crate::driver::{self, Inbox, Outgoing};
+use crate::{connect_hint, EndpointConfig, NetError, Shared, State, WakerSet, Waiters};
+use fencepost_proto::{ConnectionHandle, ConnectionStats, ReadError, WriteError};
+use std::cell::{Cell, RefCell};
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// One UDP socket serving many connections, driven by the thread that calls it.
+pub struct Endpoint {
+    io: Rc<Io>,
+}
+
+/// The endpoint's state and the buffers its calls receive into and send from.
+struct Io {
+    shared: Arc<Shared>,
+    socket: UdpSocket,
+    inbox: RefCell<Inbox>,
+    out: RefCell<Outgoing>,
+    /// How long a receive call may sleep now (`SO_RCVTIMEO`; `None`: no limit).
+    receive_limit: Cell<Option<Duration>>,
+    /// Nothing reached the core since its last turn, which left it with this deadline:
+    /// `None` once a datagram arrived, the application's call changed it, or a call that
+    /// changes it from outside [`Io::drive`] said so ([`Io::touch`]).
+    settled: Cell<Option<Option<fencepost_proto::Instant>>>,
+}
+
+impl Io {
+    /// Runs the endpoint until `ready` has an answer, or until `until` (`Ok(None)`).
+    /// Each turn asks `ready` first, then lets the core run its timers and send what is due
+    /// (so a write's data, or a read's window update, leaves before the call returns), and
+    /// waits for the socket or the core's next timer only when neither gave anything.
+    fn drive<T>(&self, until: Option<Instant>, mut ready: impl FnMut(&Shared, &mut State) -> Option<T>) -> Result<Option<T>, NetError> {
+        let mut out = self.out.borrow_mut();
+        let mut inbox = self.inbox.borrow_mut();
+        // Nobody registers a waker here; the core's events only need somewhere to go.
+        let mut closing = WakerSet::default();
+        loop {
+            let (answer, deadline) = {
+                let mut st = self.shared.lock();
+                if let Some(why) = &st.stopped {
+                    return Err(NetError::EndpointClosed(why.clone()));
+                }
+                let answer = ready(&self.shared, &mut st);
+                // A turn that would find the core as the last one left it, its timers not yet
+                // due, is skipped (a read that waits right after the write that sent).
+                let unchanged = match (self.settled.get(), &answer) {
+                    (Some(deadline), None) => deadline.is_none_or(|at| at > self.shared.now()),
+                    _ => false,
+                };
+                if unchanged {
+                    (None, self.settled.get().flatten())
+                } else {
+                    let mut deadline = driver::turn(&self.shared, &mut st, &mut out, &mut closing);
+                    // The turn ran timers: what `ready` waits for may have come of them (a
+                    // connection lost to its idle timer has no deadline left to wake us).
+                    let answer = answer.or_else(|| {
+                        let late = ready(&self.shared, &mut st);
+                        if late.is_some() {
+                            // What the answer did (a write) leaves in this pass too.
+                            deadline = driver::turn(&self.shared, &mut st, &mut out, &mut closing);
+                        }
+                        late
+                    });
+                    self.settled.set(Some(deadline));
+                    (answer, deadline)
+                }
+            };
+            let sent = !out.is_empty();
+            self.flush(&mut out)?;
+            if answer.is_some() {
+                return Ok(answer);
+            }
+            // What was just sent may be what `ready` waits for (a closing side's last ack).
+            if sent {
+                continue;
+            }
+            let now = Instant::now();
+            if until.is_some_and(|u| u <= now) {
+                return Ok(None);
+            }
+            let wake_at = match (deadline.map(|t| self.shared.instant(t)), until) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let timeout = wake_at.map(|t| t.saturating_duration_since(now));
+            // Under a microsecond: the next turn's timers are due (the socket's timeout
+            // cannot say less, and zero would mean no limit).
+            if timeout.is_some_and(|t| t < Duration::from_micros(1)) {
+                continue;
+            }
+            self.limit_receive(timeout).map_err(|e| self.fail(e))?;
+            // One receive call, which sleeps until a datagram arrives or the limit passes:
+            // if more waits, the next call returns it at once, and `ready` is asked between.
+            let received = driver::receive(&self.shared, &mut inbox, 1, |iovs, metas| self.shared.udp.recv((&self.socket).into(), iovs, metas));
+            if !received.map_err(|e| self.fail(e))? {
+                self.settled.set(None);
+            }
+        }
+    }
+
+    /// Sets how long a receive call may sleep to at most `timeout` (`None`: no limit),
+    /// changing the socket's setting only when it must: a limit already set is kept while it
+    /// is no longer than `timeout` and at least a sixteenth of it, else the new one is the
+    /// power of two of microseconds just under `timeout`. A ping-pong's wanted limits (its
+    /// retransmission timer, re-armed by each request, 5 ms or 50 ms on loopback as an ack
+    /// is owed or not) then cost no system call, and a receive wakes at worst early (at most
+    /// 16 times in one wait), to find its timer not yet due and sleep again, never late.
+    fn limit_receive(&self, timeout: Option<Duration>) -> io::Result<()> {
+        let kept = match (self.receive_limit.get(), timeout) {
+            (None, None) => true,
+            (Some(set), Some(wanted)) => set <= wanted && set * 16 >= wanted,
+            _ => false,
+        };
+        if kept {
+            return Ok(());
+        }
+        let limit = timeout.map(|t| {
+            let micros = t.as_micros().clamp(1, 1 << 40) as u64;
+            Duration::from_micros(1 << (63 - micros.leading_zeros()))
+        });
+        // The kernel takes the limit as a timeval; zero means none.
+        let tv = limit.map_or(libc::timeval { tv_sec: 0, tv_usec: 0 }, |l| libc::timeval {
+            tv_sec: l.as_secs() as libc::time_t,
+            tv_usec: l.subsec_micros() as libc::suseconds_t,
+        });
+        // SAFETY: a setsockopt on a socket we own, with a timeval of the right size.
+        let r = unsafe {
+            libc::setsockopt(
+                self.socket.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                (&tv as *const libc::timeval).cast(),
+                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        self.receive_limit.set(limit);
+        Ok(())
+    }
+
+    /// Sends every batch the core wrote, waiting for room in the socket's buffer if need be.
+    fn flush(&self, out: &mut Outgoing) -> Result<(), NetError> {
+        while let Some(batch) = out.next_batch() {
+            // The socket blocks: a full send buffer makes the call wait for room.
+            let sent = self.shared.udp.try_send((&self.socket).into(), &batch.transmit());
+            out.recycle(batch);
+            // A datagram the kernel refuses (a vanished route, ICMP feedback) is a lost packet
+            // to the transport, which recovers; only a dead socket (EBADF) stops the endpoint.
+            if let Err(e) = sent {
+                if e.raw_os_error() == Some(libc::EBADF) {
+                    return Err(self.fail(e));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops the endpoint after a socket error; the error every later call gets.
+    fn fail(&self, e: io::Error) -> NetError {
+        let why = format!("socket error: {e}");
+        self.shared.lock().stopped.get_or_insert(why.clone());
+        NetError::EndpointClosed(why)
+    }
+
+    /// The application changed the core outside [`Io::drive`] (opened, closed or reset a
+    /// connection): the next turn must run.
+    fn touch(&self) {
+        self.settled.set(None);
+    }
+
+    /// One turn: the core sends what it now has to (a FIN, a reset, a window update).
+    fn push(&self) -> Result<(), NetError> {
+        self.drive(None, |_, _| Some(())).map(|_| ())
+    }
+}
+
+impl Endpoint {
+    /// Binds `addr`. No thread is started: the endpoint runs inside its calls
+    /// (`config.driver` is not used).
+    pub fn bind(addr: SocketAddr, config: EndpointConfig) -> Result<Endpoint, NetError> {
+        let (shared, socket) = Shared::bind(addr, config)?;
+        // A receive sleeps in the socket itself (with SO_RCVTIMEO for the core's next timer),
+        // so one system call both waits for a reply and takes it in.
+        socket.set_nonblocking(false).map_err(NetError::Io)?;
+        let out = RefCell::new(Outgoing::new(&shared));
+        let receive_limit = Cell::new(None);
+        Ok(Endpoint { io: Rc::new(Io { shared, socket, inbox: RefCell::new(Inbox::new()), out, receive_limit, settled: Cell::new(None) }) })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.io.shared.local_addr
+    }
+
+    /// The endpoint's static public key, with protection (clients pin it with `--peer-key`).
+    pub fn public_key(&self) -> Option<fencepost_proto::PublicKey> {
+        self.io.shared.lock().proto.public_key()
+    }
+
+    /// Opens a connection and runs the handshake, for up to `EndpointConfig::connect_timeout`.
+    pub fn connect(&self, addr: SocketAddr) -> Result<Connection, NetError> {
+        let shared = &self.io.shared;
+        let handle = {
+            let mut st = shared.lock();
+            if let Some(why) = &st.stopped {
+                return Err(NetError::EndpointClosed(why.clone()));
+            }
+            let handle = st.proto.connect(shared.now(), addr);
+            st.waiters.insert(handle, Waiters::default());
+            handle
+        };
+        self.io.touch();
+        let connection = Connection { io: self.io.clone(), handle, remote: addr, read_timeout: None };
+        let after = shared.config.connect_timeout;
+        let established = self.io.drive(Some(Instant::now() + after), |_, st| {
+            let conn = st.proto.connection(handle)?;
+            if let Some(e) = conn.error() {
+                return Some(Err(connection.lost(e.clone())));
+            }
+            (conn.is_established() || conn.is_closed()).then_some(Ok(()))
+        })?;
+        match established {
+            Some(Ok(())) => Ok(connection),
+            Some(Err(e)) => Err(e),
+            None => {
+                connection.abort();
+                Err(NetError::ConnectTimeout { addr, after, hint: connect_hint(&shared.config) })
+            }
+        }
+    }
+
+    /// Waits for the next connection a peer opens (a server's endpoint).
+    pub fn accept(&self) -> Result<Connection, NetError> {
+        match self.accept_within(None)? {
+            Some(c) => Ok(c),
+            None => unreachable!("an accept without a time limit returns only with a connection"),
+        }
+    }
+
+    /// Like [`Endpoint::accept`], giving up after `timeout` (`Ok(None)`).
+    pub fn accept_timeout(&self, timeout: Duration) -> Result<Option<Connection>, NetError> {
+        self.accept_within(Some(Instant::now() + timeout))
+    }
+
+    fn accept_within(&self, until: Option<Instant>) -> Result<Option<Connection>, NetError> {
+        let accepted = self.io.drive(until, |_, st| {
+            let handle = st.accept_queue.pop_front()?;
+            let remote = *st.proto.remote(handle).expect("an accepted connection has a remote");
+            Some((handle, remote))
+        })?;
+        Ok(accepted.map(|(handle, remote)| Connection { io: self.io.clone(), handle, remote, read_timeout: None }))
+    }
+
+    /// Live connections (including ones closing).
+    pub fn connection_count(&self) -> usize {
+        self.io.shared.lock().proto.len()
+    }
+}
+
+/// A byte stream over one fencepost connection of a blocking [`Endpoint`]; implements
+/// `std::io::Read` and `std::io::Write`.
+pub struct Connection {
+    io: Rc<Io>,
+    handle: ConnectionHandle,
+    remote: SocketAddr,
+    read_timeout: Option<Duration>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("blocking::Connection").field("remote", &self.remote).finish_non_exhaustive()
+    }
+}
+
+impl Connection {
+    pub fn remote_addr(&self) -> SocketAddr {
+        self.remote
+    }
+
+    pub fn stats(&self) -> ConnectionStats {
+        let st = self.io.shared.lock();
+        st.proto.connection(self.handle).map(|c| c.stats().clone()).unwrap_or_default()
+    }
+
+    /// The server's static key as the handshake proved it (a client's connection, with protection).
+    pub fn peer_key(&self) -> Option<fencepost_proto::PublicKey> {
+        self.io.shared.lock().proto.connection(self.handle).and_then(|c| c.peer_static_key())
+    }
+
+    /// The packets are encrypted and authenticated (wire format version 2).
+    pub fn is_protected(&self) -> bool {
+        self.io.shared.lock().proto.connection(self.handle).is_some_and(|c| c.is_protected())
+    }
+
+    /// How long a read waits for data before it fails with `TimedOut` (`None`, the
+    /// default: until data, the peer's FIN, or the connection's idle timeout).
+    pub fn set_read_timeout(&mut self, timeout: Option<Duration>) {
+        self.read_timeout = timeout;
+    }
+
+    fn lost(&self, error: fencepost_proto::ConnectionError) -> NetError {
+        NetError::ConnectionLost { addr: self.remote, error }
+    }
+
+    /// Reads what has arrived, waiting for at least one byte. `Ok(0)`: the peer finished
+    /// and everything was read.
+    pub fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let until = self.read_timeout.map(|t| Instant::now() + t);
+        let max = buf.len();
+        let read = self.io.drive(until, |_, st| {
+            let Some(conn) = st.proto.connection_mut(self.handle) else { return Some(Ok(0)) };
+            let mut filled = 0;
+            let copy = &mut |piece: &[u8]| {
+                buf[filled..filled + piece.len()].copy_from_slice(piece);
+                filled += piece.len();
+            };
+            match conn.read_with(max, copy) {
+                Ok(n) => Some(Ok(n)),
+                Err(ReadError::WouldBlock) => None,
+                Err(ReadError::ConnectionLost(e)) => Some(Err(self.lost(e))),
+            }
+        })?;
+        match read {
+            Some(result) => result.map_err(io::Error::from),
+            None => Err(io::Error::new(io::ErrorKind::TimedOut, format!("nothing from {} within the read timeout", self.remote))),
+        }
+    }
+
+    /// Queues what fits of `buf` (at least one byte, waiting for room) and sends what the
+    /// window allows before it returns.
+    pub fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let written = self.io.drive(None, |_, st| {
+            let Some(conn) = st.proto.connection_mut(self.handle) else {
+                return Some(Err(io::Error::new(io::ErrorKind::NotConnected, "connection forgotten")));
+            };
+            match conn.write(buf) {
+                Ok(0) => None,
+                Ok(n) => Some(Ok(n)),
+                Err(WriteError::Finished) => Some(Err(io::Error::new(io::ErrorKind::BrokenPipe, "write after close"))),
+                Err(WriteError::ConnectionLost(e)) => Some(Err(self.lost(e).into())),
+            }
+        })?;
+        written.expect("a write without a time limit returns only with an answer")
+    }
+
+    /// Finishes this side's stream (a FIN after the data written); reading goes on.
+    pub fn finish(&mut self) -> Result<(), NetError> {
+        self.close_stream();
+        self.io.push()
+    }
+
+    fn close_stream(&self) {
+        let mut st = self.io.shared.lock();
+        let now = self.io.shared.now();
+        if let Some(conn) = st.proto.connection_mut(self.handle) {
+            conn.close(now);
+        }
+        self.io.touch();
+    }
+
+    /// Waits until both directions are finished and acknowledged (or the connection is lost).
+    pub fn closed(&mut self) -> Result<(), NetError> {
+        let closed = self.io.drive(None, |_, st| {
+            let Some(conn) = st.proto.connection(self.handle) else { return Some(Ok(())) };
+            if let Some(e) = conn.error() {
+                return Some(Err(self.lost(e.clone())));
+            }
+            // The peer's FIN is owed an ack: an application that exits as soon as this
+            // returns must not take it along (the turn that sent it comes before this look).
+            (conn.is_closed() && !conn.owes_ack() && st.responses.is_empty()).then_some(Ok(()))
+        })?;
+        closed.expect("closed() without a time limit returns only with an answer")
+    }
+
+    /// Graceful close: finish, then wait for the peer to finish too.
+    pub fn close(&mut self) -> Result<(), NetError> {
+        self.finish()?;
+        self.closed()
+    }
+
+    /// Aborts: the peer gets a reset; buffered data is dropped.
+    pub fn abort(&self) {
+        {
+            let mut st = self.io.shared.lock();
+            let now = self.io.shared.now();
+            if let Some(conn) = st.proto.connection_mut(self.handle) {
+                conn.reset(now);
+            }
+        }
+        self.io.touch();
+        // The reset leaves now if it can; if the socket failed, there is no one to tell.
+        let _ = self.io.push();
+    }
+}
+
+impl io::Read for Connection {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        Connection::read(self, buf)
+    }
+}
+
+impl io::Write for Connection {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        Connection::write(self, buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        // A write sends what the window allows before it returns; the rest belongs to the transport.
+        Ok(())
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        // Like a TCP socket: dropping closes gracefully. The FIN leaves now; the rest of the
+        // close (its retransmissions, the peer's FIN) happens in the endpoint's later calls.
+        let now = self.io.shared.now();
+        self.io.shared.lock().release(self.handle, now);
+        self.io.touch();
+        let _ = self.io.push();
+    }
+}

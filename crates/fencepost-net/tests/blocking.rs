@@ -1,0 +1,169 @@
+//! The blocking endpoint (`fencepost_net::blocking`) on loopback: its calls run the
+//! transport on the caller's thread.
+
+use fencepost_net::{blocking, EndpointConfig, NetError};
+use fencepost_proto::{ConnectionError, Duration as ProtoDuration, TransportConfig};
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+fn localhost() -> SocketAddr {
+    "127.0.0.1:0".parse().unwrap()
+}
+
+/// Runs `test` on a thread of its own and fails if it takes longer than `limit`: a
+/// blocking call that never returns is a failure, not a hung test run.
+fn bounded(limit: Duration, test: impl FnOnce() + Send + 'static) {
+    let (done, finished) = std::sync::mpsc::channel();
+    let runner = std::thread::spawn(move || {
+        test();
+        let _ = done.send(());
+    });
+    match finished.recv_timeout(limit) {
+        Ok(()) => runner.join().unwrap(),
+        // The test panicked: its thread says why.
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => std::panic::resume_unwind(runner.join().unwrap_err()),
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => panic!("still blocked after {limit:?}"),
+    }
+}
+
+/// Bytes that differ from message to message, so a mix-up shows.
+fn message(i: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|k| (k * 31 + i * 7) as u8).collect()
+}
+
+/// A server on its own thread that echoes one connection until the peer finishes, then
+/// closes; returns the bytes it echoed.
+fn echo_server(transport: TransportConfig) -> (SocketAddr, std::thread::JoinHandle<Result<u64, String>>) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let server = std::thread::spawn(move || {
+        let endpoint = blocking::Endpoint::bind(localhost(), EndpointConfig::server(transport)).map_err(|e| e.to_string())?;
+        tx.send(endpoint.local_addr()).unwrap();
+        let mut conn = endpoint.accept_timeout(Duration::from_secs(10)).map_err(|e| e.to_string())?.ok_or("nobody connected")?;
+        let mut buf = vec![0u8; 100_000];
+        let mut echoed = 0u64;
+        loop {
+            let n = conn.read(&mut buf).map_err(|e| e.to_string())?;
+            if n == 0 {
+                break;
+            }
+            conn.write_all(&buf[..n]).map_err(|e| e.to_string())?;
+            echoed += n as u64;
+        }
+        conn.close().map_err(|e| e.to_string())?;
+        Ok(echoed)
+    });
+    (rx.recv_timeout(Duration::from_secs(5)).expect("the server bound"), server)
+}
+
+#[test]
+fn a_blocking_client_and_server_exchange_messages_byte_exact_and_close() {
+    bounded(Duration::from_secs(30), || {
+        let (addr, server) = echo_server(TransportConfig::default());
+        let endpoint = blocking::Endpoint::bind(localhost(), EndpointConfig::client(TransportConfig::default())).unwrap();
+        let mut conn = endpoint.connect(addr).unwrap();
+        assert!(conn.is_protected() && conn.peer_key().is_some());
+        let mut total = 0u64;
+        // Small requests, then messages larger than a window's worth of packets in one write
+        // (the write waits for room, receiving the echo meanwhile).
+        for (i, len) in [1, 64, 1_000, 5_000, 64, 300_000, 2_000_000, 7].into_iter().enumerate() {
+            let sent = message(i, len);
+            conn.write_all(&sent).unwrap();
+            let mut got = vec![0u8; len];
+            conn.read_exact(&mut got).unwrap();
+            assert!(got == sent, "message {i} ({len} bytes) came back different");
+            total += len as u64;
+        }
+        conn.close().unwrap();
+        assert_eq!(server.join().unwrap(), Ok(total));
+        let stats = conn.stats();
+        assert_eq!((stats.bytes_written, stats.bytes_read), (total, total), "{stats:?}");
+    });
+}
+
+#[test]
+fn a_blocking_client_talks_to_an_async_server() {
+    bounded(Duration::from_secs(30), || {
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let server = runtime.block_on(fencepost_net::Endpoint::bind(localhost(), EndpointConfig::server(TransportConfig::default()))).unwrap();
+        runtime.spawn(fencepost_net::tools::serve(server.clone(), true, true, |_| {}));
+        let endpoint = blocking::Endpoint::bind(localhost(), EndpointConfig::client(TransportConfig::default())).unwrap();
+        let mut conn = endpoint.connect(server.local_addr()).unwrap();
+        for i in 0..50 {
+            let sent = message(i, 100 + i * 37);
+            conn.write_all(&sent).unwrap();
+            let mut got = vec![0u8; sent.len()];
+            conn.read_exact(&mut got).unwrap();
+            assert!(got == sent, "exchange {i}");
+        }
+        conn.close().unwrap();
+    });
+}
+
+#[test]
+fn connecting_to_nobody_times_out_with_a_hint() {
+    bounded(Duration::from_secs(30), || {
+        // A port nobody listens on.
+        let silent = std::net::UdpSocket::bind(localhost()).unwrap();
+        let addr = silent.local_addr().unwrap();
+        let config = EndpointConfig { connect_timeout: Duration::from_millis(300), ..EndpointConfig::client(TransportConfig::default()) };
+        let endpoint = blocking::Endpoint::bind(localhost(), config).unwrap();
+        let started = Instant::now();
+        match endpoint.connect(addr) {
+            Err(e @ NetError::ConnectTimeout { .. }) => assert!(e.to_string().contains("timed out after 0.3 s"), "{e}"),
+            other => panic!("expected a connect timeout, got {other:?}"),
+        }
+        let took = started.elapsed();
+        assert!(took >= Duration::from_millis(300) && took < Duration::from_secs(3), "{took:?}");
+    });
+}
+
+#[test]
+fn a_read_timeout_fails_the_read_and_the_connection_goes_on() {
+    bounded(Duration::from_secs(30), || {
+        let (addr, server) = echo_server(TransportConfig::default());
+        let endpoint = blocking::Endpoint::bind(localhost(), EndpointConfig::client(TransportConfig::default())).unwrap();
+        let mut conn = endpoint.connect(addr).unwrap();
+        conn.set_read_timeout(Some(Duration::from_millis(50)));
+        let started = Instant::now();
+        let mut buf = [0u8; 16];
+        let e = conn.read(&mut buf).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut, "{e}");
+        let took = started.elapsed();
+        assert!(took >= Duration::from_millis(50) && took < Duration::from_secs(1), "{took:?}");
+        conn.write_all(b"still there?").unwrap();
+        conn.read_exact(&mut buf[..12]).unwrap();
+        assert_eq!(&buf[..12], b"still there?");
+        conn.close().unwrap();
+        assert_eq!(server.join().unwrap(), Ok(12));
+    });
+}
+
+#[test]
+fn a_vanished_server_ends_a_blocked_read_within_the_idle_timeout() {
+    bounded(Duration::from_secs(30), || {
+        let transport = TransportConfig { idle_timeout: ProtoDuration::from_millis(500), ..TransportConfig::default() };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let server_transport = transport.clone();
+        let server = std::thread::spawn(move || {
+            let endpoint = blocking::Endpoint::bind(localhost(), EndpointConfig::server(server_transport)).unwrap();
+            tx.send(endpoint.local_addr()).unwrap();
+            let mut conn = endpoint.accept().unwrap();
+            let mut buf = [0u8; 5];
+            conn.read_exact(&mut buf).unwrap();
+            // Gone without a word: the endpoint and its socket vanish with this thread.
+            std::mem::forget(conn);
+        });
+        let addr = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        let endpoint = blocking::Endpoint::bind(localhost(), EndpointConfig::client(transport)).unwrap();
+        let mut conn = endpoint.connect(addr).unwrap();
+        conn.write_all(b"hello").unwrap();
+        server.join().unwrap();
+        let started = Instant::now();
+        let e = conn.read(&mut [0u8; 16]).unwrap_err();
+        let took = started.elapsed();
+        let lost = e.get_ref().and_then(|inner| inner.downcast_ref::<NetError>());
+        assert!(matches!(lost, Some(NetError::ConnectionLost { error: ConnectionError::TimedOut { .. }, .. })), "{e}");
+        assert!(took < Duration::from_secs(3), "{took:?}");
+    });
+}
