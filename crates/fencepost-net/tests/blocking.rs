@@ -167,3 +167,47 @@ fn a_vanished_server_ends_a_blocked_read_within_the_idle_timeout() {
         assert!(took < Duration::from_secs(3), "{took:?}");
     });
 }
+
+#[test]
+fn one_thread_serves_several_connections_of_one_endpoint() {
+    bounded(Duration::from_secs(30), || {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let server = std::thread::spawn(move || {
+            let endpoint = blocking::Endpoint::bind(localhost(), EndpointConfig::server(TransportConfig::default())).unwrap();
+            tx.send(endpoint.local_addr()).unwrap();
+            let mut conns: Vec<_> = (0..3).map(|_| endpoint.accept().unwrap()).collect();
+            assert_eq!(endpoint.connection_count(), 3);
+            // Each read waits on one connection while the endpoint serves all three.
+            for round in 0..20 {
+                for conn in conns.iter_mut() {
+                    let mut buf = [0u8; 8];
+                    conn.read_exact(&mut buf).unwrap();
+                    assert_eq!(u64::from_le_bytes(buf) % 100, round);
+                    conn.write_all(&buf).unwrap();
+                }
+            }
+            for conn in conns.iter_mut() {
+                assert_eq!(conn.read(&mut [0u8; 8]).unwrap(), 0, "the client finished");
+                conn.close().unwrap();
+            }
+        });
+        let addr = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        let endpoint = blocking::Endpoint::bind(localhost(), EndpointConfig::client(TransportConfig::default())).unwrap();
+        let mut conns: Vec<_> = (0..3).map(|_| endpoint.connect(addr).unwrap()).collect();
+        for round in 0..20u64 {
+            // All three asked before any answer is read: the answers wait in their connections.
+            for (i, conn) in conns.iter_mut().enumerate() {
+                conn.write_all(&(i as u64 * 100 + round).to_le_bytes()).unwrap();
+            }
+            for (i, conn) in conns.iter_mut().enumerate() {
+                let mut buf = [0u8; 8];
+                conn.read_exact(&mut buf).unwrap();
+                assert_eq!(u64::from_le_bytes(buf), i as u64 * 100 + round);
+            }
+        }
+        for conn in conns.iter_mut() {
+            conn.close().unwrap();
+        }
+        server.join().unwrap();
+    });
+}
