@@ -50,6 +50,9 @@ PINGPONG = [
     # The blocking endpoint (fencepost_net::blocking): no driver, the read that waits
     # sleeps in ppoll on the socket itself and does the driver's work when it wakes.
     ("fencepost --driver inline (blocking endpoint)", "fencepost", ["--driver", "inline"]),
+    # ... busy polling for up to 50 us before sleeping: no sleep and no wake-up per reply,
+    # but a core kept busy on each side while it waits (not what the TCP peer does).
+    ("fencepost --driver inline --busy-poll-us 50 (spins)", "fencepost", ["--driver", "inline", "--busy-poll-us", "50"]),
     ("quinn", "quinn", []),
     ("quinn, current-thread runtime", "quinn", ["--runtime", "current"]),
     ("kernel TCP (TCP_NODELAY)", "tcp", []),

@@ -4,8 +4,8 @@
 //! time its own process used (user + system), so `bench/peers.sh` can add both ends.
 //!
 //! ```text
-//! peers server PROTO ADDR [--echo] [--insecure] [--cert FILE] [--no-verify] [--redundancy-none] [--packet-size BYTES] [--driver thread|task|inline] [--runtime multi|current]
-//! peers client PROTO ADDR (--bytes N | --pingpong N) [--insecure] [--cert FILE] [--no-verify] [--redundancy-none] [--packet-size BYTES] [--driver thread|task|inline] [--runtime multi|current]
+//! peers server PROTO ADDR [--echo] [--insecure] [--cert FILE] [--no-verify] [--redundancy-none] [--packet-size BYTES] [--driver thread|task|inline [--busy-poll-us N]] [--runtime multi|current]
+//! peers client PROTO ADDR (--bytes N | --pingpong N) [--insecure] [--cert FILE] [--no-verify] [--redundancy-none] [--packet-size BYTES] [--driver thread|task|inline [--busy-poll-us N]] [--runtime multi|current]
 //! peers server|client fencepost ADDR --connections K ...   (K concurrent connections)
 //! ```
 //! PROTO is fencepost, quinn, tcp or udp. A server serves one connection and exits.
@@ -48,13 +48,15 @@ struct Args {
     /// fencepost: `--driver inline`, the blocking endpoint (`fencepost_net::blocking`), whose
     /// calls do the driver's work on the application's thread (ping-pong only).
     inline: bool,
+    /// fencepost with `--driver inline`: busy polling for up to this long before sleeping.
+    busy_poll: Option<Duration>,
     /// The tokio runtime the async peers (fencepost, quinn) run on: two workers, or the
     /// calling thread alone (`--runtime current`, what a latency-bound client would pick).
     current_thread: bool,
 }
 
 fn usage(why: &str) -> ! {
-    eprintln!("peers: {why}\nusage: peers server|client fencepost|quinn|tcp|udp ADDR [--bytes N | --pingpong N] [--echo] [--insecure] [--no-verify] [--redundancy-none] [--packet-size BYTES] [--driver thread|task|inline] [--runtime multi|current] [--cert FILE]");
+    eprintln!("peers: {why}\nusage: peers server|client fencepost|quinn|tcp|udp ADDR [--bytes N | --pingpong N] [--echo] [--insecure] [--no-verify] [--redundancy-none] [--packet-size BYTES] [--driver thread|task|inline [--busy-poll-us N]] [--runtime multi|current] [--cert FILE]");
     std::process::exit(2);
 }
 
@@ -69,7 +71,7 @@ fn parse_args() -> Args {
         usage(&format!("PROTO {proto:?}: expected fencepost, quinn, tcp or udp"));
     }
     let addr = it.next().unwrap_or_else(|| usage("missing ADDR")).parse().unwrap_or_else(|_| usage("ADDR: expected IP:PORT"));
-    let mut a = Args { role, proto, addr, bytes: None, pingpong: None, insecure: false, redundancy_none: false, verify: true, echo: false, connections: 1, cert: None, packet_size: None, driver: DriverPlacement::Thread, inline: false, current_thread: false };
+    let mut a = Args { role, proto, addr, bytes: None, pingpong: None, insecure: false, redundancy_none: false, verify: true, echo: false, connections: 1, cert: None, packet_size: None, driver: DriverPlacement::Thread, inline: false, busy_poll: None, current_thread: false };
     while let Some(flag) = it.next() {
         let mut value = |name: &str| it.next().unwrap_or_else(|| usage(&format!("{name} needs a value")));
         match flag.as_str() {
@@ -98,6 +100,10 @@ fn parse_args() -> Args {
                     other => usage(&format!("--driver {other:?}: expected thread, task or inline")),
                 }
             }
+            "--busy-poll-us" => {
+                let us: u64 = value("--busy-poll-us").parse().unwrap_or_else(|_| usage("--busy-poll-us: expected microseconds, a whole number"));
+                a.busy_poll = Some(Duration::from_micros(us));
+            }
             "--packet-size" => a.packet_size = Some(value("--packet-size").parse().ok().filter(|&n: &u16| n >= 64).unwrap_or_else(|| usage("--packet-size: expected a payload size in bytes, 64 to 65535"))),
             "--connections" => {
                 a.connections = value("--connections").parse().ok().filter(|&n| n >= 1).unwrap_or_else(|| usage("--connections: expected a whole number, at least 1"))
@@ -107,6 +113,9 @@ fn parse_args() -> Args {
     }
     if a.role == "client" && a.bytes.is_some() == a.pingpong.is_some() {
         usage("a client needs exactly one of --bytes N or --pingpong N");
+    }
+    if a.busy_poll.is_some() && !a.inline {
+        usage("--busy-poll-us: only with --driver inline (the blocking endpoint)");
     }
     if a.inline && (a.bytes.is_some() || (a.role == "server" && !a.echo) || a.connections > 1) {
         usage("--driver inline: ping-pong only (a client with --pingpong N, a server with --echo, one connection)");
@@ -303,6 +312,7 @@ fn fencepost_inline(args: &Args) -> Result<serde_json::Value> {
     }
     if args.role == "server" {
         let endpoint = blocking::Endpoint::bind(args.addr, EndpointConfig::server(transport))?;
+        endpoint.set_busy_poll(args.busy_poll);
         let mut conn = endpoint.accept()?;
         let mut buf = vec![0u8; CHUNK];
         let mut bytes = 0u64;
@@ -318,6 +328,7 @@ fn fencepost_inline(args: &Args) -> Result<serde_json::Value> {
         return Ok(serde_json::json!({"bytes": bytes}));
     }
     let endpoint = blocking::Endpoint::bind("127.0.0.1:0".parse()?, EndpointConfig::client(transport))?;
+    endpoint.set_busy_poll(args.busy_poll);
     let mut conn = endpoint.connect(args.addr)?;
     let rtts = blocking_pingpong(&mut conn, args.pingpong.unwrap_or(1))?;
     conn.close()?;

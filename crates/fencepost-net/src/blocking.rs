@@ -7,10 +7,10 @@
 //! of scheduling, which is most of a small request/reply round trip on loopback.
 //! Here there is no driver: a call that has to wait ([`Connection::read`], a
 //! [`Connection::write`] with a full send buffer, [`Endpoint::accept`],
-//! [`Connection::close`]) does the driver's work itself, sleeping in the socket's receive
-//! call (`recvmmsg` on a blocking socket, `SO_RCVTIMEO` set to the core's next timer)
-//! until a datagram arrives or the timer is due. A received reply costs one wake-up of
-//! the thread that waits for it and one system call, as with a TCP socket.
+//! [`Connection::close`]) does the driver's work itself, sleeping in `epoll_pwait2` on the
+//! socket until a datagram arrives or the core's next timer is due. A received reply costs
+//! one wake-up of the thread that waits for it and two system calls (the wait and
+//! `recvmmsg`), where a blocking TCP socket's `read` is one.
 //!
 //! The price is the one every event loop pays: the endpoint makes progress only while one
 //! of its calls runs. Acks, retransmissions and the peer's handshakes wait while the
@@ -25,7 +25,7 @@ use fencepost_proto::{ConnectionHandle, ConnectionStats, ReadError, WriteError};
 use std::cell::{Cell, RefCell};
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -41,8 +41,9 @@ struct Io {
     socket: UdpSocket,
     inbox: RefCell<Inbox>,
     out: RefCell<Outgoing>,
-    /// How long a receive call may sleep now (`SO_RCVTIMEO`; `None`: no limit).
-    receive_limit: Cell<Option<Duration>>,
+    poller: Poller,
+    /// How long a wait asks the socket in a loop before it sleeps (`Endpoint::set_busy_poll`).
+    busy_poll: Cell<Option<Duration>>,
     /// Nothing reached the core since its last turn, which left it with this deadline:
     /// `None` once a datagram arrived, the application's call changed it, or a call that
     /// changes it from outside [`Io::drive`] said so ([`Io::touch`]).
@@ -108,68 +109,52 @@ impl Io {
                 (a, b) => a.or(b),
             };
             let timeout = wake_at.map(|t| t.saturating_duration_since(now));
-            // Under a microsecond: the next turn's timers are due (the socket's timeout
-            // cannot say less, and zero would mean no limit).
-            if timeout.is_some_and(|t| t < Duration::from_micros(1)) {
-                continue;
+            if let Some(spin) = self.busy_poll.get() {
+                // Ask the socket again and again for up to `spin` (never past the deadline)
+                // before sleeping: a reply that comes within it costs no wake-up at all.
+                let spin_until = now + timeout.map_or(spin, |t| t.min(spin));
+                let mut got = false;
+                while !got && Instant::now() < spin_until {
+                    got = self.receive_once(&mut inbox)?;
+                    std::hint::spin_loop();
+                }
+                if got {
+                    continue;
+                }
             }
-            self.limit_receive(timeout).map_err(|e| self.fail(e))?;
-            // One receive call, which sleeps until a datagram arrives or the limit passes:
-            // if more waits, the next call returns it at once, and `ready` is asked between.
-            let received = driver::receive(&self.shared, &mut inbox, 1, |iovs, metas| self.shared.udp.recv((&self.socket).into(), iovs, metas));
-            if !received.map_err(|e| self.fail(e))? {
-                self.settled.set(None);
+            // The socket's own receive timeout (SO_RCVTIMEO) would save this call, but the
+            // kernel counts it in scheduler ticks: a 100 µs timeout slept 6-8 ms here, which
+            // would make every timer late (pacing, the ack timer).
+            if self.poller.readable(timeout).map_err(|e| self.fail(e))? {
+                self.receive_once(&mut inbox)?;
             }
         }
     }
 
-    /// Sets how long a receive call may sleep to at most `timeout` (`None`: no limit),
-    /// changing the socket's setting only when it must: a limit already set is kept while it
-    /// is no longer than `timeout` and at least a sixteenth of it, else the new one is the
-    /// power of two of microseconds just under `timeout`. A ping-pong's wanted limits (its
-    /// retransmission timer, re-armed by each request, 5 ms or 50 ms on loopback as an ack
-    /// is owed or not) then cost no system call, and a receive wakes at worst early (at most
-    /// 16 times in one wait), to find its timer not yet due and sleep again, never late.
-    fn limit_receive(&self, timeout: Option<Duration>) -> io::Result<()> {
-        let kept = match (self.receive_limit.get(), timeout) {
-            (None, None) => true,
-            (Some(set), Some(wanted)) => set <= wanted && set * 16 >= wanted,
-            _ => false,
-        };
-        if kept {
-            return Ok(());
+    /// One receive call into the core (if more waits, the next wait returns at once, and
+    /// `ready` is asked between the two). Returns whether anything arrived.
+    fn receive_once(&self, inbox: &mut Inbox) -> Result<bool, NetError> {
+        let emptied = driver::receive(&self.shared, inbox, 1, |iovs, metas| self.shared.udp.recv((&self.socket).into(), iovs, metas));
+        let arrived = !emptied.map_err(|e| self.fail(e))?;
+        if arrived {
+            self.settled.set(None);
         }
-        let limit = timeout.map(|t| {
-            let micros = t.as_micros().clamp(1, 1 << 40) as u64;
-            Duration::from_micros(1 << (63 - micros.leading_zeros()))
-        });
-        // The kernel takes the limit as a timeval; zero means none.
-        let tv = limit.map_or(libc::timeval { tv_sec: 0, tv_usec: 0 }, |l| libc::timeval {
-            tv_sec: l.as_secs() as libc::time_t,
-            tv_usec: l.subsec_micros() as libc::suseconds_t,
-        });
-        // SAFETY: a setsockopt on a socket we own, with a timeval of the right size.
-        let r = unsafe {
-            libc::setsockopt(
-                self.socket.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                (&tv as *const libc::timeval).cast(),
-                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-            )
-        };
-        if r != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        self.receive_limit.set(limit);
-        Ok(())
+        Ok(arrived)
     }
 
     /// Sends every batch the core wrote, waiting for room in the socket's buffer if need be.
     fn flush(&self, out: &mut Outgoing) -> Result<(), NetError> {
         while let Some(batch) = out.next_batch() {
-            // The socket blocks: a full send buffer makes the call wait for room.
-            let sent = self.shared.udp.try_send((&self.socket).into(), &batch.transmit());
+            let transmit = batch.transmit();
+            let sent = loop {
+                match self.shared.udp.try_send((&self.socket).into(), &transmit) {
+                    // A full send buffer: wait for room, as a blocking socket would.
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        wait_writable(&self.socket).map_err(|e| self.fail(e))?;
+                    }
+                    other => break other,
+                }
+            };
             out.recycle(batch);
             // A datagram the kernel refuses (a vanished route, ICMP feedback) is a lost packet
             // to the transport, which recovers; only a dead socket (EBADF) stops the endpoint.
@@ -201,17 +186,89 @@ impl Io {
     }
 }
 
+/// The endpoint's socket registered once with an epoll instance, to wait for it to become
+/// readable with a deadline in nanoseconds (`epoll_pwait2`): `ppoll` registers the socket
+/// and removes it again in every call, which cost about two microseconds of each round
+/// trip of a loopback ping-pong.
+struct Poller {
+    epoll: OwnedFd,
+    /// The kernel has no `epoll_pwait2` (before 5.11): `epoll_wait`, in milliseconds
+    /// rounded up (a timer then fires up to a millisecond late, as tokio's do).
+    millisecond_waits: Cell<bool>,
+}
+
+/// `epoll_pwait2`'s number on the architectures that share the generic system call table's
+/// numbering for it (x86_64, aarch64, riscv64 among them).
+const SYS_EPOLL_PWAIT2: libc::c_long = 441;
+
+impl Poller {
+    fn new(socket: &UdpSocket) -> io::Result<Poller> {
+        // SAFETY: plain system calls; the descriptor epoll_create1 returns is ours to own.
+        let epoll = unsafe {
+            let fd = libc::epoll_create1(libc::EPOLL_CLOEXEC);
+            if fd < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            OwnedFd::from_raw_fd(fd)
+        };
+        let mut event = libc::epoll_event { events: libc::EPOLLIN as u32, u64: 0 };
+        // SAFETY: both descriptors are open; the event is read during the call only.
+        if unsafe { libc::epoll_ctl(epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, socket.as_raw_fd(), &mut event) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Poller { epoll, millisecond_waits: Cell::new(false) })
+    }
+
+    /// Waits until the socket is readable or `timeout` passes (`None`: no limit); returns
+    /// whether it is.
+    fn readable(&self, timeout: Option<Duration>) -> io::Result<bool> {
+        let mut event = libc::epoll_event { events: 0, u64: 0 };
+        let n = if self.millisecond_waits.get() || cfg!(not(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "riscv64"))) {
+            let ms = timeout.map_or(-1, |t| t.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int);
+            // SAFETY: one event's room, which outlives the call.
+            unsafe { libc::epoll_wait(self.epoll.as_raw_fd(), &mut event, 1, ms) as libc::c_long }
+        } else {
+            let ts = timeout.map(|d| libc::timespec { tv_sec: d.as_secs().min(i32::MAX as u64) as libc::time_t, tv_nsec: d.subsec_nanos() as libc::c_long });
+            let ts_ptr = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+            // SAFETY: one event's room and a timespec (or null) that outlive the call; no signal mask.
+            unsafe { libc::syscall(SYS_EPOLL_PWAIT2, self.epoll.as_raw_fd(), &mut event as *mut libc::epoll_event, 1, ts_ptr, std::ptr::null::<libc::sigset_t>(), 0usize) }
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return match e.raw_os_error() {
+                Some(libc::EINTR) => Ok(false),
+                Some(libc::ENOSYS) if !self.millisecond_waits.get() => {
+                    self.millisecond_waits.set(true);
+                    self.readable(timeout)
+                }
+                _ => Err(e),
+            };
+        }
+        Ok(n > 0)
+    }
+}
+
+/// Waits until the socket has room to send.
+fn wait_writable(socket: &UdpSocket) -> io::Result<()> {
+    let mut fd = libc::pollfd { fd: socket.as_raw_fd(), events: libc::POLLOUT, revents: 0 };
+    // SAFETY: one pollfd we own, for the length of the call.
+    if unsafe { libc::poll(&mut fd, 1, -1) } < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
 impl Endpoint {
     /// Binds `addr`. No thread is started: the endpoint runs inside its calls
     /// (`config.driver` is not used).
     pub fn bind(addr: SocketAddr, config: EndpointConfig) -> Result<Endpoint, NetError> {
         let (shared, socket) = Shared::bind(addr, config)?;
-        // A receive sleeps in the socket itself (with SO_RCVTIMEO for the core's next timer),
-        // so one system call both waits for a reply and takes it in.
-        socket.set_nonblocking(false).map_err(NetError::Io)?;
         let out = RefCell::new(Outgoing::new(&shared));
-        let receive_limit = Cell::new(None);
-        Ok(Endpoint { io: Rc::new(Io { shared, socket, inbox: RefCell::new(Inbox::new()), out, receive_limit, settled: Cell::new(None) }) })
+        let poller = Poller::new(&socket).map_err(NetError::Io)?;
+        Ok(Endpoint { io: Rc::new(Io { shared, socket, inbox: RefCell::new(Inbox::new()), out, poller, busy_poll: Cell::new(None), settled: Cell::new(None) }) })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -221,6 +278,15 @@ impl Endpoint {
     /// The endpoint's static public key, with protection (clients pin it with `--peer-key`).
     pub fn public_key(&self) -> Option<fencepost_proto::PublicKey> {
         self.io.shared.lock().proto.public_key()
+    }
+
+    /// Busy polling: a call that waits first asks the socket, in a loop on its thread, for
+    /// up to `spin` before it sleeps (`None`, the default: it sleeps at once). A reply that
+    /// comes within `spin` then costs no sleep and no wake-up (in a 64-byte loopback
+    /// ping-pong, a few microseconds of each round trip), at the price of a core kept busy
+    /// while it waits, as Linux's own busy polling of sockets (`SO_BUSY_POLL`) does.
+    pub fn set_busy_poll(&self, spin: Option<Duration>) {
+        self.io.busy_poll.set(spin.filter(|s| !s.is_zero()));
     }
 
     /// Opens a connection and runs the handshake, for up to `EndpointConfig::connect_timeout`.

@@ -140,6 +140,33 @@ fn a_read_timeout_fails_the_read_and_the_connection_goes_on() {
 }
 
 #[test]
+fn with_busy_polling_exchanges_and_timers_work_as_without() {
+    bounded(Duration::from_secs(30), || {
+        let (addr, server) = echo_server(TransportConfig::default());
+        let endpoint = blocking::Endpoint::bind(localhost(), EndpointConfig::client(TransportConfig::default())).unwrap();
+        endpoint.set_busy_poll(Some(Duration::from_millis(2)));
+        let mut conn = endpoint.connect(addr).unwrap();
+        let mut total = 0;
+        for i in 0..200 {
+            let sent = message(i, 1 + i * 13);
+            conn.write_all(&sent).unwrap();
+            let mut got = vec![0u8; sent.len()];
+            conn.read_exact(&mut got).unwrap();
+            assert!(got == sent, "exchange {i}");
+            total += sent.len() as u64;
+        }
+        // Spinning does not hold a deadline up: the read still times out on time.
+        conn.set_read_timeout(Some(Duration::from_millis(50)));
+        let started = Instant::now();
+        assert_eq!(conn.read(&mut [0u8; 8]).unwrap_err().kind(), std::io::ErrorKind::TimedOut);
+        let took = started.elapsed();
+        assert!(took >= Duration::from_millis(50) && took < Duration::from_millis(500), "{took:?}");
+        conn.close().unwrap();
+        assert_eq!(server.join().unwrap(), Ok(total));
+    });
+}
+
+#[test]
 fn a_vanished_server_ends_a_blocked_read_within_the_idle_timeout() {
     bounded(Duration::from_secs(30), || {
         let transport = TransportConfig { idle_timeout: ProtoDuration::from_millis(500), ..TransportConfig::default() };
