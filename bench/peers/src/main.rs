@@ -197,7 +197,8 @@ fn main() {
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
-async fn fencepost(args: &Args) -> Result<serde_json::Value> {
+/// fencepost's transport as the flags set it (`--insecure`, `--redundancy-none`, `--packet-size`).
+fn transport(args: &Args) -> TransportConfig {
     let mut transport = if args.insecure { TransportConfig::default().insecure() } else { TransportConfig::default() };
     if args.redundancy_none {
         transport.set_redundancy(fencepost_proto::redundancy::RedundancyConfig::None);
@@ -205,6 +206,11 @@ async fn fencepost(args: &Args) -> Result<serde_json::Value> {
     if let Some(size) = args.packet_size {
         transport.max_payload = size;
     }
+    transport
+}
+
+async fn fencepost(args: &Args) -> Result<serde_json::Value> {
+    let transport = transport(args);
     if args.role == "server" {
         let endpoint = Endpoint::bind(args.addr, EndpointConfig { driver: args.driver, ..EndpointConfig::server(transport) }).await?;
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
@@ -306,10 +312,7 @@ fn blocking_pingpong(stream: &mut (impl Read + Write), n: u32) -> std::io::Resul
 /// thread (no runtime), like the TCP and UDP peers' blocking sockets.
 fn fencepost_inline(args: &Args) -> Result<serde_json::Value> {
     use fencepost_net::blocking;
-    let mut transport = if args.insecure { TransportConfig::default().insecure() } else { TransportConfig::default() };
-    if args.redundancy_none {
-        transport.set_redundancy(fencepost_proto::redundancy::RedundancyConfig::None);
-    }
+    let transport = transport(args);
     if args.role == "server" {
         let endpoint = blocking::Endpoint::bind(args.addr, EndpointConfig::server(transport))?;
         endpoint.set_busy_poll(args.busy_poll);

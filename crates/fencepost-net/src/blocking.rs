@@ -323,10 +323,7 @@ impl Endpoint {
 
     /// Waits for the next connection a peer opens (a server's endpoint).
     pub fn accept(&self) -> Result<Connection, NetError> {
-        match self.accept_within(None)? {
-            Some(c) => Ok(c),
-            None => unreachable!("an accept without a time limit returns only with a connection"),
-        }
+        Ok(self.accept_within(None)?.expect("an accept without a time limit returns only with a connection"))
     }
 
     /// Like [`Endpoint::accept`], giving up after `timeout` (`Ok(None)`).
@@ -401,15 +398,9 @@ impl Connection {
             return Ok(0);
         }
         let until = self.read_timeout.map(|t| Instant::now() + t);
-        let max = buf.len();
         let read = self.io.drive(until, |_, st| {
             let Some(conn) = st.proto.connection_mut(self.handle) else { return Some(Ok(0)) };
-            let mut filled = 0;
-            let copy = &mut |piece: &[u8]| {
-                buf[filled..filled + piece.len()].copy_from_slice(piece);
-                filled += piece.len();
-            };
-            match conn.read_with(max, copy) {
+            match conn.read(buf) {
                 Ok(n) => Some(Ok(n)),
                 Err(ReadError::WouldBlock) => None,
                 Err(ReadError::ConnectionLost(e)) => Some(Err(self.lost(e))),

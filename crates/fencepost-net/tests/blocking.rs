@@ -56,23 +56,34 @@ fn echo_server(transport: TransportConfig) -> (SocketAddr, std::thread::JoinHand
     (rx.recv_timeout(Duration::from_secs(5)).expect("the server bound"), server)
 }
 
+/// A blocking client endpoint and its connection to `addr`.
+fn client_of(addr: SocketAddr) -> (blocking::Endpoint, blocking::Connection) {
+    let endpoint = blocking::Endpoint::bind(localhost(), EndpointConfig::client(TransportConfig::default())).unwrap();
+    let conn = endpoint.connect(addr).unwrap();
+    (endpoint, conn)
+}
+
+/// Sends message `i` of `len` bytes to an echo and checks what comes back; returns `len`.
+fn echo_round(conn: &mut blocking::Connection, i: usize, len: usize) -> u64 {
+    let sent = message(i, len);
+    conn.write_all(&sent).unwrap();
+    let mut got = vec![0u8; len];
+    conn.read_exact(&mut got).unwrap();
+    assert!(got == sent, "message {i} ({len} bytes) came back different");
+    len as u64
+}
+
 #[test]
 fn a_blocking_client_and_server_exchange_messages_byte_exact_and_close() {
     bounded(Duration::from_secs(30), || {
         let (addr, server) = echo_server(TransportConfig::default());
-        let endpoint = blocking::Endpoint::bind(localhost(), EndpointConfig::client(TransportConfig::default())).unwrap();
-        let mut conn = endpoint.connect(addr).unwrap();
+        let (_endpoint, mut conn) = client_of(addr);
         assert!(conn.is_protected() && conn.peer_key().is_some());
         let mut total = 0u64;
         // Small requests, then messages larger than a window's worth of packets in one write
         // (the write waits for room, receiving the echo meanwhile).
         for (i, len) in [1, 64, 1_000, 5_000, 64, 300_000, 2_000_000, 7].into_iter().enumerate() {
-            let sent = message(i, len);
-            conn.write_all(&sent).unwrap();
-            let mut got = vec![0u8; len];
-            conn.read_exact(&mut got).unwrap();
-            assert!(got == sent, "message {i} ({len} bytes) came back different");
-            total += len as u64;
+            total += echo_round(&mut conn, i, len);
         }
         conn.close().unwrap();
         assert_eq!(server.join().unwrap(), Ok(total));
@@ -87,14 +98,9 @@ fn a_blocking_client_talks_to_an_async_server() {
         let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
         let server = runtime.block_on(fencepost_net::Endpoint::bind(localhost(), EndpointConfig::server(TransportConfig::default()))).unwrap();
         runtime.spawn(fencepost_net::tools::serve(server.clone(), true, true, |_| {}));
-        let endpoint = blocking::Endpoint::bind(localhost(), EndpointConfig::client(TransportConfig::default())).unwrap();
-        let mut conn = endpoint.connect(server.local_addr()).unwrap();
+        let (_endpoint, mut conn) = client_of(server.local_addr());
         for i in 0..50 {
-            let sent = message(i, 100 + i * 37);
-            conn.write_all(&sent).unwrap();
-            let mut got = vec![0u8; sent.len()];
-            conn.read_exact(&mut got).unwrap();
-            assert!(got == sent, "exchange {i}");
+            echo_round(&mut conn, i, 100 + i * 37);
         }
         conn.close().unwrap();
     });
@@ -122,8 +128,7 @@ fn connecting_to_nobody_times_out_with_a_hint() {
 fn a_read_timeout_fails_the_read_and_the_connection_goes_on() {
     bounded(Duration::from_secs(30), || {
         let (addr, server) = echo_server(TransportConfig::default());
-        let endpoint = blocking::Endpoint::bind(localhost(), EndpointConfig::client(TransportConfig::default())).unwrap();
-        let mut conn = endpoint.connect(addr).unwrap();
+        let (_endpoint, mut conn) = client_of(addr);
         conn.set_read_timeout(Some(Duration::from_millis(50)));
         let started = Instant::now();
         let mut buf = [0u8; 16];
@@ -146,15 +151,7 @@ fn with_busy_polling_exchanges_and_timers_work_as_without() {
         let endpoint = blocking::Endpoint::bind(localhost(), EndpointConfig::client(TransportConfig::default())).unwrap();
         endpoint.set_busy_poll(Some(Duration::from_millis(2)));
         let mut conn = endpoint.connect(addr).unwrap();
-        let mut total = 0;
-        for i in 0..200 {
-            let sent = message(i, 1 + i * 13);
-            conn.write_all(&sent).unwrap();
-            let mut got = vec![0u8; sent.len()];
-            conn.read_exact(&mut got).unwrap();
-            assert!(got == sent, "exchange {i}");
-            total += sent.len() as u64;
-        }
+        let total: u64 = (0..200).map(|i| echo_round(&mut conn, i, 1 + i * 13)).sum();
         // Spinning does not hold a deadline up: the read still times out on time.
         conn.set_read_timeout(Some(Duration::from_millis(50)));
         let started = Instant::now();
