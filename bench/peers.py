@@ -48,8 +48,11 @@ PINGPONG = [
     # peers are blocking threads, which is the same shape).
     ("fencepost --driver task, current-thread runtime", "fencepost", ["--driver", "task", "--runtime", "current"]),
     # The blocking endpoint (fencepost_net::blocking): no driver, the read that waits
-    # sleeps in ppoll on the socket itself and does the driver's work when it wakes.
+    # sleeps on an io_uring receive (one system call per wake-up) and does the driver's
+    # work when it wakes ...
     ("fencepost --driver inline (blocking endpoint)", "fencepost", ["--driver", "inline"]),
+    # ... or in epoll_pwait2, then a receive (two calls), as where io_uring is missing.
+    ("fencepost --driver inline --wait epoll", "fencepost", ["--driver", "inline", "--wait", "epoll"]),
     # ... busy polling for up to 50 us before sleeping: no sleep and no wake-up per reply,
     # but a core kept busy on each side while it waits (not what the TCP peer does).
     ("fencepost --driver inline --busy-poll-us 50 (spins)", "fencepost", ["--driver", "inline", "--busy-poll-us", "50"]),

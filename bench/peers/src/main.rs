@@ -4,8 +4,8 @@
 //! time its own process used (user + system), so `bench/peers.sh` can add both ends.
 //!
 //! ```text
-//! peers server PROTO ADDR [--echo] [--insecure] [--cert FILE] [--no-verify] [--redundancy-none] [--packet-size BYTES] [--driver thread|task|inline [--busy-poll-us N]] [--runtime multi|current]
-//! peers client PROTO ADDR (--bytes N | --pingpong N) [--insecure] [--cert FILE] [--no-verify] [--redundancy-none] [--packet-size BYTES] [--driver thread|task|inline [--busy-poll-us N]] [--runtime multi|current]
+//! peers server PROTO ADDR [--echo] [--insecure] [--cert FILE] [--no-verify] [--redundancy-none] [--packet-size BYTES] [--driver thread|task|inline [--busy-poll-us N] [--wait io-uring|epoll]] [--runtime multi|current]
+//! peers client PROTO ADDR (--bytes N | --pingpong N) [--insecure] [--cert FILE] [--no-verify] [--redundancy-none] [--packet-size BYTES] [--driver thread|task|inline [--busy-poll-us N] [--wait io-uring|epoll]] [--runtime multi|current]
 //! peers server|client fencepost ADDR --connections K ...   (K concurrent connections)
 //! ```
 //! PROTO is fencepost, quinn, tcp or udp. A server serves one connection and exits.
@@ -50,13 +50,15 @@ struct Args {
     inline: bool,
     /// fencepost with `--driver inline`: busy polling for up to this long before sleeping.
     busy_poll: Option<Duration>,
+    /// How the blocking endpoint's calls sleep (`--wait`).
+    waiting: fencepost_net::blocking::Waiting,
     /// The tokio runtime the async peers (fencepost, quinn) run on: two workers, or the
     /// calling thread alone (`--runtime current`, what a latency-bound client would pick).
     current_thread: bool,
 }
 
 fn usage(why: &str) -> ! {
-    eprintln!("peers: {why}\nusage: peers server|client fencepost|quinn|tcp|udp ADDR [--bytes N | --pingpong N] [--echo] [--insecure] [--no-verify] [--redundancy-none] [--packet-size BYTES] [--driver thread|task|inline [--busy-poll-us N]] [--runtime multi|current] [--cert FILE]");
+    eprintln!("peers: {why}\nusage: peers server|client fencepost|quinn|tcp|udp ADDR [--bytes N | --pingpong N] [--echo] [--insecure] [--no-verify] [--redundancy-none] [--packet-size BYTES] [--driver thread|task|inline [--busy-poll-us N] [--wait io-uring|epoll]] [--runtime multi|current] [--cert FILE]");
     std::process::exit(2);
 }
 
@@ -71,7 +73,8 @@ fn parse_args() -> Args {
         usage(&format!("PROTO {proto:?}: expected fencepost, quinn, tcp or udp"));
     }
     let addr = it.next().unwrap_or_else(|| usage("missing ADDR")).parse().unwrap_or_else(|_| usage("ADDR: expected IP:PORT"));
-    let mut a = Args { role, proto, addr, bytes: None, pingpong: None, insecure: false, redundancy_none: false, verify: true, echo: false, connections: 1, cert: None, packet_size: None, driver: DriverPlacement::Thread, inline: false, busy_poll: None, current_thread: false };
+    let mut a = Args { role, proto, addr, bytes: None, pingpong: None, insecure: false, redundancy_none: false, verify: true, echo: false, connections: 1, cert: None, packet_size: None, driver: DriverPlacement::Thread, inline: false, busy_poll: None, waiting: fencepost_net::blocking::Waiting::IoUring, current_thread: false };
+    let mut wait_given = false;
     while let Some(flag) = it.next() {
         let mut value = |name: &str| it.next().unwrap_or_else(|| usage(&format!("{name} needs a value")));
         match flag.as_str() {
@@ -104,6 +107,14 @@ fn parse_args() -> Args {
                 let us: u64 = value("--busy-poll-us").parse().unwrap_or_else(|_| usage("--busy-poll-us: expected microseconds, a whole number"));
                 a.busy_poll = Some(Duration::from_micros(us));
             }
+            "--wait" => {
+                wait_given = true;
+                a.waiting = match value("--wait").as_str() {
+                    "io-uring" => fencepost_net::blocking::Waiting::IoUring,
+                    "epoll" => fencepost_net::blocking::Waiting::Epoll,
+                    other => usage(&format!("--wait {other:?}: expected io-uring or epoll")),
+                }
+            }
             "--packet-size" => a.packet_size = Some(value("--packet-size").parse().ok().filter(|&n: &u16| n >= 64).unwrap_or_else(|| usage("--packet-size: expected a payload size in bytes, 64 to 65535"))),
             "--connections" => {
                 a.connections = value("--connections").parse().ok().filter(|&n| n >= 1).unwrap_or_else(|| usage("--connections: expected a whole number, at least 1"))
@@ -114,8 +125,8 @@ fn parse_args() -> Args {
     if a.role == "client" && a.bytes.is_some() == a.pingpong.is_some() {
         usage("a client needs exactly one of --bytes N or --pingpong N");
     }
-    if a.busy_poll.is_some() && !a.inline {
-        usage("--busy-poll-us: only with --driver inline (the blocking endpoint)");
+    if (a.busy_poll.is_some() || wait_given) && !a.inline {
+        usage("--busy-poll-us and --wait: only with --driver inline (the blocking endpoint)");
     }
     if a.inline && (a.bytes.is_some() || (a.role == "server" && !a.echo) || a.connections > 1) {
         usage("--driver inline: ping-pong only (a client with --pingpong N, a server with --echo, one connection)");
@@ -145,11 +156,11 @@ fn payload() -> Vec<u8> {
         .collect()
 }
 
-/// Round-trip times in microseconds -> (p50, p99).
-fn percentiles(mut rtts: Vec<f64>) -> (f64, f64) {
+/// The round trips' p50, p90, p99 and p99.9 (nearest rank), in their unit.
+fn percentiles(mut rtts: Vec<f64>) -> [f64; 4] {
     rtts.sort_by(|a, b| a.total_cmp(b));
     let at = |q: f64| rtts[((rtts.len() - 1) as f64 * q).round() as usize];
-    (at(0.5), at(0.99))
+    [at(0.5), at(0.9), at(0.99), at(0.999)]
 }
 
 fn report(args: &Args, fields: serde_json::Value, cpu: f64) {
@@ -166,8 +177,8 @@ fn bulk_fields(bytes: u64, seconds: f64) -> serde_json::Value {
 
 fn pingpong_fields(rtts: Vec<f64>) -> serde_json::Value {
     let n = rtts.len();
-    let (p50, p99) = percentiles(rtts);
-    serde_json::json!({"round_trips": n, "p50_us": p50, "p99_us": p99})
+    let [p50, p90, p99, p999] = percentiles(rtts);
+    serde_json::json!({"round_trips": n, "p50_us": p50, "p90_us": p90, "p99_us": p99, "p999_us": p999})
 }
 
 fn main() {
@@ -314,7 +325,7 @@ fn fencepost_inline(args: &Args) -> Result<serde_json::Value> {
     use fencepost_net::blocking;
     let transport = transport(args);
     if args.role == "server" {
-        let endpoint = blocking::Endpoint::bind(args.addr, EndpointConfig::server(transport))?;
+        let endpoint = blocking::Endpoint::bind_waiting(args.addr, EndpointConfig::server(transport), args.waiting)?;
         endpoint.set_busy_poll(args.busy_poll);
         let mut conn = endpoint.accept()?;
         let mut buf = vec![0u8; CHUNK];
@@ -330,12 +341,14 @@ fn fencepost_inline(args: &Args) -> Result<serde_json::Value> {
         conn.close()?;
         return Ok(serde_json::json!({"bytes": bytes}));
     }
-    let endpoint = blocking::Endpoint::bind("127.0.0.1:0".parse()?, EndpointConfig::client(transport))?;
+    let endpoint = blocking::Endpoint::bind_waiting("127.0.0.1:0".parse()?, EndpointConfig::client(transport), args.waiting)?;
     endpoint.set_busy_poll(args.busy_poll);
     let mut conn = endpoint.connect(args.addr)?;
     let rtts = blocking_pingpong(&mut conn, args.pingpong.unwrap_or(1))?;
     conn.close()?;
-    Ok(pingpong_fields(rtts))
+    let mut fields = pingpong_fields(rtts);
+    fields["waiting"] = format!("{:?}", endpoint.waiting()).into();
+    Ok(fields)
 }
 
 async fn quinn_peer(args: &Args) -> Result<serde_json::Value> {

@@ -7,10 +7,11 @@
 //! of scheduling, which is most of a small request/reply round trip on loopback.
 //! Here there is no driver: a call that has to wait ([`Connection::read`], a
 //! [`Connection::write`] with a full send buffer, [`Endpoint::accept`],
-//! [`Connection::close`]) does the driver's work itself, sleeping in `epoll_pwait2` on the
-//! socket until a datagram arrives or the core's next timer is due. A received reply costs
-//! one wake-up of the thread that waits for it and two system calls (the wait and
-//! `recvmmsg`), where a blocking TCP socket's `read` is one.
+//! [`Connection::close`]) does the driver's work itself, sleeping until a datagram arrives
+//! or the core's next timer is due. It sleeps on an io_uring receive where it can, so a
+//! received reply costs one wake-up of the thread that waits for it and one system call,
+//! as a blocking TCP socket's `read` does; elsewhere in `epoll_pwait2` and then a receive
+//! (two calls). See [`Waiting`].
 //!
 //! The price is the one every event loop pays: the endpoint makes progress only while one
 //! of its calls runs. Acks, retransmissions and the peer's handshakes wait while the
@@ -20,6 +21,9 @@
 //! endpoint and its connections are used from the thread that bound it.
 
 use crate::driver::{self, Inbox, Outgoing};
+use crate::sockio;
+#[cfg(target_os = "linux")]
+use crate::uring::RingReceiver;
 use crate::{connect_hint, EndpointConfig, NetError, Shared, State, WakerSet, Waiters};
 use fencepost_proto::{ConnectionHandle, ConnectionStats, ReadError, WriteError};
 use std::cell::{Cell, RefCell};
@@ -41,7 +45,8 @@ struct Io {
     socket: UdpSocket,
     inbox: RefCell<Inbox>,
     out: RefCell<Outgoing>,
-    poller: Poller,
+    /// Where a call that has nothing to do sleeps.
+    wait: Wait,
     /// How long a wait asks the socket in a loop before it sleeps (`Endpoint::set_busy_poll`).
     busy_poll: Cell<Option<Duration>>,
     /// Nothing reached the core since its last turn, which left it with this deadline:
@@ -122,11 +127,14 @@ impl Io {
                     continue;
                 }
             }
-            // The socket's own receive timeout (SO_RCVTIMEO) would save this call, but the
-            // kernel counts it in scheduler ticks: a 100 µs timeout slept 6-8 ms here, which
-            // would make every timer late (pacing, the ack timer).
-            if self.poller.readable(timeout).map_err(|e| self.fail(e))? {
-                self.receive_once(&mut inbox)?;
+            match &self.wait {
+                #[cfg(target_os = "linux")]
+                Wait::Ring(ring) => self.receive_on_ring(&mut ring.borrow_mut(), timeout)?,
+                Wait::Epoll(poller) => {
+                    if poller.readable(timeout).map_err(|e| self.fail(e))? {
+                        self.receive_once(&mut inbox)?;
+                    }
+                }
             }
         }
     }
@@ -134,7 +142,7 @@ impl Io {
     /// One receive call into the core (if more waits, the next wait returns at once, and
     /// `ready` is asked between the two). Returns whether anything arrived.
     fn receive_once(&self, inbox: &mut Inbox) -> Result<bool, NetError> {
-        let emptied = driver::receive(&self.shared, inbox, 1, |iovs, metas| self.shared.udp.recv((&self.socket).into(), iovs, metas));
+        let emptied = driver::receive(&self.shared, inbox, 1, |iovs, metas| sockio::recv(&self.shared.udp, &self.socket, iovs, metas));
         let arrived = !emptied.map_err(|e| self.fail(e))?;
         if arrived {
             self.settled.set(None);
@@ -142,12 +150,30 @@ impl Io {
         Ok(arrived)
     }
 
+    /// Sleeps on the ring until a datagram comes (and hands it to the core) or `timeout` passes.
+    #[cfg(target_os = "linux")]
+    fn receive_on_ring(&self, ring: &mut RingReceiver, timeout: Option<Duration>) -> Result<(), NetError> {
+        match ring.wait(timeout) {
+            Ok(Some(datagram)) => {
+                self.settled.set(None);
+                let mut st = self.shared.lock();
+                let now = self.shared.now();
+                driver::deliver(&mut st, now, datagram.from, datagram.stride, &mut ring.buffer()[..datagram.len]);
+                Ok(())
+            }
+            Ok(None) => Ok(()),
+            // ICMP errors for earlier sends surface here: not ours to fail on.
+            Err(e) if matches!(e.kind(), io::ErrorKind::ConnectionRefused | io::ErrorKind::ConnectionReset | io::ErrorKind::Interrupted) => Ok(()),
+            Err(e) => Err(self.fail(e)),
+        }
+    }
+
     /// Sends every batch the core wrote, waiting for room in the socket's buffer if need be.
     fn flush(&self, out: &mut Outgoing) -> Result<(), NetError> {
         while let Some(batch) = out.next_batch() {
             let transmit = batch.transmit();
             let sent = loop {
-                match self.shared.udp.try_send((&self.socket).into(), &transmit) {
+                match sockio::try_send(&self.shared.udp, &self.socket, self.shared.local_addr.is_ipv6(), &transmit) {
                     // A full send buffer: wait for room, as a blocking socket would.
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                         wait_writable(&self.socket).map_err(|e| self.fail(e))?;
@@ -183,6 +209,46 @@ impl Io {
     /// One turn: the core sends what it now has to (a FIN, a reset, a window update).
     fn push(&self) -> Result<(), NetError> {
         self.drive(None, |_, _| Some(())).map(|_| ())
+    }
+}
+
+/// How a blocking endpoint's calls sleep when they have to wait for the socket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Waiting {
+    /// On an io_uring receive: the wait and the receive are one system call per wake-up
+    /// (Linux 6.1 or later, io_uring allowed, GRO available).
+    IoUring,
+    /// In `epoll_pwait2`, then a receive: two system calls per wake-up, anywhere.
+    Epoll,
+}
+
+/// Where a call that has nothing to do sleeps.
+enum Wait {
+    #[cfg(target_os = "linux")]
+    Ring(RefCell<RingReceiver>),
+    Epoll(Poller),
+}
+
+impl Wait {
+    /// The ring if `preferred` and it can be had, else epoll. Without GRO the ring would
+    /// take one datagram per call where `recvmmsg` takes a batch: epoll then too.
+    fn new(shared: &Shared, socket: &UdpSocket, preferred: Waiting) -> io::Result<Wait> {
+        #[cfg(target_os = "linux")]
+        if preferred == Waiting::IoUring && shared.udp.gro_segments() > 1 {
+            if let Ok(ring) = RingReceiver::new(socket, driver::RECV_BUF) {
+                return Ok(Wait::Ring(RefCell::new(ring)));
+            }
+        }
+        let _ = (shared, preferred);
+        Poller::new(socket).map(Wait::Epoll)
+    }
+
+    fn kind(&self) -> Waiting {
+        match self {
+            #[cfg(target_os = "linux")]
+            Wait::Ring(_) => Waiting::IoUring,
+            Wait::Epoll(_) => Waiting::Epoll,
+        }
     }
 }
 
@@ -263,16 +329,28 @@ fn wait_writable(socket: &UdpSocket) -> io::Result<()> {
 
 impl Endpoint {
     /// Binds `addr`. No thread is started: the endpoint runs inside its calls
-    /// (`config.driver` is not used).
+    /// (`config.driver` is not used). Its calls sleep on io_uring where they can, else in
+    /// epoll ([`Endpoint::waiting`] says which).
     pub fn bind(addr: SocketAddr, config: EndpointConfig) -> Result<Endpoint, NetError> {
+        Endpoint::bind_waiting(addr, config, Waiting::IoUring)
+    }
+
+    /// [`Endpoint::bind`], its calls sleeping as `preferred` says where they can
+    /// ([`Waiting::Epoll`] everywhere; [`Waiting::IoUring`] falls back to epoll).
+    pub fn bind_waiting(addr: SocketAddr, config: EndpointConfig, preferred: Waiting) -> Result<Endpoint, NetError> {
         let (shared, socket) = Shared::bind(addr, config)?;
         let out = RefCell::new(Outgoing::new(&shared));
-        let poller = Poller::new(&socket).map_err(NetError::Io)?;
-        Ok(Endpoint { io: Rc::new(Io { shared, socket, inbox: RefCell::new(Inbox::new()), out, poller, busy_poll: Cell::new(None), settled: Cell::new(None) }) })
+        let wait = Wait::new(&shared, &socket, preferred).map_err(NetError::Io)?;
+        Ok(Endpoint { io: Rc::new(Io { shared, socket, inbox: RefCell::new(Inbox::new()), out, wait, busy_poll: Cell::new(None), settled: Cell::new(None) }) })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
         self.io.shared.local_addr
+    }
+
+    /// How this endpoint's calls sleep.
+    pub fn waiting(&self) -> Waiting {
+        self.io.wait.kind()
     }
 
     /// The endpoint's static public key, with protection (clients pin it with `--peer-key`).

@@ -1,5 +1,6 @@
 //! The endpoint's driver: socket in, core, socket out, timers, wake-ups, on its own thread.
 
+use crate::sockio;
 use crate::{Shared, State, WakerSet, Waiters};
 use fencepost_proto::{DatagramEvent, Event};
 use quinn_udp::{RecvMeta, Transmit, BATCH_SIZE};
@@ -9,7 +10,7 @@ use std::sync::Arc;
 use tokio::io::Interest;
 
 /// Largest datagram (or GRO-coalesced run of datagrams) one receive buffer holds.
-const RECV_BUF: usize = 65_536;
+pub(crate) const RECV_BUF: usize = 65_536;
 /// Receive batches handled before transmitting again, so a flood of input cannot starve output.
 const RECV_ROUNDS: usize = 8;
 /// Datagrams a receive call handles before the driver transmits again: it stops at the
@@ -361,31 +362,37 @@ pub(crate) fn receive(
         drop(iovs);
         let mut st = shared.lock();
         let now = shared.now();
-        let mut response = [0u8; 64];
         for (meta, buf) in metas.iter().take(count).zip(inbox.storage.chunks_mut(RECV_BUF)) {
-            let stride = meta.stride.max(1);
-            // With GRO one buffer holds several datagrams of `stride` bytes (the last may be shorter).
-            // Each is opened where it lies: the buffer is refilled by the next receive anyway.
-            for datagram in buf[..meta.len].chunks_mut(stride) {
-                handled += 1;
-                match st.proto.handle_datagram_in_place(now, normalize(meta.addr), datagram, &mut response) {
-                    Some(DatagramEvent::NewConnection(incoming)) => {
-                        // The endpoint already refused what exceeds max_connections; a server takes the rest.
-                        if let Ok(handle) = st.proto.accept(incoming) {
-                            st.waiters.insert(handle, Waiters::default());
-                            st.accept_queue.push_back(handle);
-                            st.accept_waiter.wake();
-                        }
-                    }
-                    Some(DatagramEvent::Response { destination, transmit }) => {
-                        st.responses.push((destination, response[..transmit.size].to_vec()));
-                    }
-                    Some(DatagramEvent::Connection(_)) | None => {}
-                }
-            }
+            handled += deliver(&mut st, now, meta.addr, meta.stride, &mut buf[..meta.len]);
         }
     }
     Ok(false)
+}
+
+/// Hands the core the datagrams of one receive buffer from `from`: one, or with GRO
+/// several of `stride` bytes (the last may be shorter). Each is opened where it lies (the
+/// buffer is refilled by the next receive anyway). Returns how many there were.
+pub(crate) fn deliver(st: &mut State, now: fencepost_proto::Instant, from: SocketAddr, stride: usize, buf: &mut [u8]) -> usize {
+    let mut response = [0u8; 64];
+    let mut count = 0;
+    for datagram in buf.chunks_mut(stride.max(1)) {
+        count += 1;
+        match st.proto.handle_datagram_in_place(now, normalize(from), datagram, &mut response) {
+            Some(DatagramEvent::NewConnection(incoming)) => {
+                // The endpoint already refused what exceeds max_connections; a server takes the rest.
+                if let Ok(handle) = st.proto.accept(incoming) {
+                    st.waiters.insert(handle, Waiters::default());
+                    st.accept_queue.push_back(handle);
+                    st.accept_waiter.wake();
+                }
+            }
+            Some(DatagramEvent::Response { destination, transmit }) => {
+                st.responses.push((destination, response[..transmit.size].to_vec()));
+            }
+            Some(DatagramEvent::Connection(_)) | None => {}
+        }
+    }
+    count
 }
 
 /// IPv4 peers of a dual-stack socket appear as v4-mapped v6 addresses; use the v4 form consistently.
@@ -435,7 +442,7 @@ fn collect_transmits(st: &mut State, now: fencepost_proto::Instant, out: &mut Ou
 async fn send(shared: &Shared, socket: &tokio::net::UdpSocket, batch: &Batch) -> io::Result<()> {
     let transmit = batch.transmit();
     loop {
-        match socket.try_io(Interest::WRITABLE, || shared.udp.try_send(socket.into(), &transmit)) {
+        match socket.try_io(Interest::WRITABLE, || sockio::try_send(&shared.udp, socket, shared.local_addr.is_ipv6(), &transmit)) {
             Ok(()) => return Ok(()),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => socket.writable().await?,
             Err(e) => return Err(e),

@@ -9,6 +9,9 @@
 
 pub mod blocking;
 mod driver;
+mod sockio;
+#[cfg(target_os = "linux")]
+mod uring;
 pub mod tools;
 
 use fencepost_proto::{
@@ -57,6 +60,32 @@ fn force_recv_buffer(socket: &std::net::UdpSocket, bytes: usize) {
     }
     #[cfg(not(target_os = "linux"))]
     let _ = (socket, bytes);
+}
+
+/// Turns off the per-datagram destination address and traffic class that quinn-udp asks
+/// the kernel for: the transport uses neither (it replies from the socket's address and
+/// sends no ECN), and writing them into every receive's control buffer took about 0.4 µs
+/// of each round trip of a loopback ping-pong. GRO's segment size still comes.
+fn drop_unused_receive_info(socket: &std::net::UdpSocket) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let off: libc::c_int = 0;
+        for (level, name) in [
+            (libc::IPPROTO_IP, libc::IP_PKTINFO),
+            (libc::IPPROTO_IP, libc::IP_RECVTOS),
+            (libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO),
+            (libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS),
+        ] {
+            // SAFETY: a plain setsockopt on a socket we own, with a c_int value of the right
+            // size; an option the socket's family lacks fails harmlessly.
+            unsafe {
+                libc::setsockopt(socket.as_raw_fd(), level, name, (&off as *const libc::c_int).cast(), std::mem::size_of::<libc::c_int>() as libc::socklen_t);
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = socket;
 }
 
 /// How an endpoint is set up.
@@ -293,6 +322,7 @@ impl Shared {
         let _ = udp.set_recv_buffer_size((&std_socket).into(), 8 << 20);
         let _ = udp.set_send_buffer_size((&std_socket).into(), 8 << 20);
         force_recv_buffer(&std_socket, RECV_BUFFER_FORCED);
+        drop_unused_receive_info(&std_socket);
         let local_addr = std_socket.local_addr().map_err(NetError::Io)?;
         let inline_socket = std_socket.try_clone().map_err(NetError::Io)?;
         let mut transport = config.transport.clone();
@@ -395,7 +425,7 @@ impl Shared {
     /// buffer, or anything else) its datagrams go to the driver, which sends them and waits
     /// if it must; returns whether they left here.
     fn send_batch_inline(&self, st: &mut State, batch: &mut driver::Batch) -> bool {
-        let sent = self.udp.try_send((&self.inline_socket).into(), &batch.transmit()).is_ok();
+        let sent = sockio::try_send(&self.udp, &self.inline_socket, self.local_addr.is_ipv6(), &batch.transmit()).is_ok();
         if !sent {
             for datagram in batch.data[..batch.len].chunks(batch.segment) {
                 st.responses.push((batch.destination, datagram.to_vec()));

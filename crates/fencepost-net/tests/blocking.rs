@@ -1,11 +1,15 @@
 //! The blocking endpoint (`fencepost_net::blocking`) on loopback: its calls run the
 //! transport on the caller's thread.
 
-use fencepost_net::{blocking, EndpointConfig, NetError};
+use fencepost_net::blocking::{self, Waiting};
+use fencepost_net::{EndpointConfig, NetError};
 use fencepost_proto::{ConnectionError, Duration as ProtoDuration, TransportConfig};
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
+
+/// Each test runs with both ways of sleeping (where io_uring is missing, both are epoll).
+const BOTH: [Waiting; 2] = [Waiting::IoUring, Waiting::Epoll];
 
 fn localhost() -> SocketAddr {
     "127.0.0.1:0".parse().unwrap()
@@ -34,10 +38,10 @@ fn message(i: usize, len: usize) -> Vec<u8> {
 
 /// A server on its own thread that echoes one connection until the peer finishes, then
 /// closes; returns the bytes it echoed.
-fn echo_server(transport: TransportConfig) -> (SocketAddr, std::thread::JoinHandle<Result<u64, String>>) {
+fn echo_server(transport: TransportConfig, waiting: Waiting) -> (SocketAddr, std::thread::JoinHandle<Result<u64, String>>) {
     let (tx, rx) = std::sync::mpsc::channel();
     let server = std::thread::spawn(move || {
-        let endpoint = blocking::Endpoint::bind(localhost(), EndpointConfig::server(transport)).map_err(|e| e.to_string())?;
+        let endpoint = blocking::Endpoint::bind_waiting(localhost(), EndpointConfig::server(transport), waiting).map_err(|e| e.to_string())?;
         tx.send(endpoint.local_addr()).unwrap();
         let mut conn = endpoint.accept_timeout(Duration::from_secs(10)).map_err(|e| e.to_string())?.ok_or("nobody connected")?;
         let mut buf = vec![0u8; 100_000];
@@ -57,8 +61,8 @@ fn echo_server(transport: TransportConfig) -> (SocketAddr, std::thread::JoinHand
 }
 
 /// A blocking client endpoint and its connection to `addr`.
-fn client_of(addr: SocketAddr) -> (blocking::Endpoint, blocking::Connection) {
-    let endpoint = blocking::Endpoint::bind(localhost(), EndpointConfig::client(TransportConfig::default())).unwrap();
+fn client_of(addr: SocketAddr, waiting: Waiting) -> (blocking::Endpoint, blocking::Connection) {
+    let endpoint = blocking::Endpoint::bind_waiting(localhost(), EndpointConfig::client(TransportConfig::default()), waiting).unwrap();
     let conn = endpoint.connect(addr).unwrap();
     (endpoint, conn)
 }
@@ -75,9 +79,9 @@ fn echo_round(conn: &mut blocking::Connection, i: usize, len: usize) -> u64 {
 
 #[test]
 fn a_blocking_client_and_server_exchange_messages_byte_exact_and_close() {
-    bounded(Duration::from_secs(30), || {
-        let (addr, server) = echo_server(TransportConfig::default());
-        let (_endpoint, mut conn) = client_of(addr);
+    bounded(Duration::from_secs(30), || for waiting in BOTH {
+        let (addr, server) = echo_server(TransportConfig::default(), waiting);
+        let (_endpoint, mut conn) = client_of(addr, waiting);
         assert!(conn.is_protected() && conn.peer_key().is_some());
         let mut total = 0u64;
         // Small requests, then messages larger than a window's worth of packets in one write
@@ -94,11 +98,11 @@ fn a_blocking_client_and_server_exchange_messages_byte_exact_and_close() {
 
 #[test]
 fn a_blocking_client_talks_to_an_async_server() {
-    bounded(Duration::from_secs(30), || {
+    bounded(Duration::from_secs(30), || for waiting in BOTH {
         let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
         let server = runtime.block_on(fencepost_net::Endpoint::bind(localhost(), EndpointConfig::server(TransportConfig::default()))).unwrap();
         runtime.spawn(fencepost_net::tools::serve(server.clone(), true, true, |_| {}));
-        let (_endpoint, mut conn) = client_of(server.local_addr());
+        let (_endpoint, mut conn) = client_of(server.local_addr(), waiting);
         for i in 0..50 {
             echo_round(&mut conn, i, 100 + i * 37);
         }
@@ -108,12 +112,12 @@ fn a_blocking_client_talks_to_an_async_server() {
 
 #[test]
 fn connecting_to_nobody_times_out_with_a_hint() {
-    bounded(Duration::from_secs(30), || {
+    bounded(Duration::from_secs(30), || for waiting in BOTH {
         // A port nobody listens on.
         let silent = std::net::UdpSocket::bind(localhost()).unwrap();
         let addr = silent.local_addr().unwrap();
         let config = EndpointConfig { connect_timeout: Duration::from_millis(300), ..EndpointConfig::client(TransportConfig::default()) };
-        let endpoint = blocking::Endpoint::bind(localhost(), config).unwrap();
+        let endpoint = blocking::Endpoint::bind_waiting(localhost(), config, waiting).unwrap();
         let started = Instant::now();
         match endpoint.connect(addr) {
             Err(e @ NetError::ConnectTimeout { .. }) => assert!(e.to_string().contains("timed out after 0.3 s"), "{e}"),
@@ -126,9 +130,9 @@ fn connecting_to_nobody_times_out_with_a_hint() {
 
 #[test]
 fn a_read_timeout_fails_the_read_and_the_connection_goes_on() {
-    bounded(Duration::from_secs(30), || {
-        let (addr, server) = echo_server(TransportConfig::default());
-        let (_endpoint, mut conn) = client_of(addr);
+    bounded(Duration::from_secs(30), || for waiting in BOTH {
+        let (addr, server) = echo_server(TransportConfig::default(), waiting);
+        let (_endpoint, mut conn) = client_of(addr, waiting);
         conn.set_read_timeout(Some(Duration::from_millis(50)));
         let started = Instant::now();
         let mut buf = [0u8; 16];
@@ -146,9 +150,9 @@ fn a_read_timeout_fails_the_read_and_the_connection_goes_on() {
 
 #[test]
 fn with_busy_polling_exchanges_and_timers_work_as_without() {
-    bounded(Duration::from_secs(30), || {
-        let (addr, server) = echo_server(TransportConfig::default());
-        let endpoint = blocking::Endpoint::bind(localhost(), EndpointConfig::client(TransportConfig::default())).unwrap();
+    bounded(Duration::from_secs(30), || for waiting in BOTH {
+        let (addr, server) = echo_server(TransportConfig::default(), waiting);
+        let endpoint = blocking::Endpoint::bind_waiting(localhost(), EndpointConfig::client(TransportConfig::default()), waiting).unwrap();
         endpoint.set_busy_poll(Some(Duration::from_millis(2)));
         let mut conn = endpoint.connect(addr).unwrap();
         let total: u64 = (0..200).map(|i| echo_round(&mut conn, i, 1 + i * 13)).sum();
@@ -165,12 +169,12 @@ fn with_busy_polling_exchanges_and_timers_work_as_without() {
 
 #[test]
 fn a_vanished_server_ends_a_blocked_read_within_the_idle_timeout() {
-    bounded(Duration::from_secs(30), || {
+    bounded(Duration::from_secs(30), || for waiting in BOTH {
         let transport = TransportConfig { idle_timeout: ProtoDuration::from_millis(500), ..TransportConfig::default() };
         let (tx, rx) = std::sync::mpsc::channel();
         let server_transport = transport.clone();
         let server = std::thread::spawn(move || {
-            let endpoint = blocking::Endpoint::bind(localhost(), EndpointConfig::server(server_transport)).unwrap();
+            let endpoint = blocking::Endpoint::bind_waiting(localhost(), EndpointConfig::server(server_transport), waiting).unwrap();
             tx.send(endpoint.local_addr()).unwrap();
             let mut conn = endpoint.accept().unwrap();
             let mut buf = [0u8; 5];
@@ -179,7 +183,7 @@ fn a_vanished_server_ends_a_blocked_read_within_the_idle_timeout() {
             std::mem::forget(conn);
         });
         let addr = rx.recv_timeout(Duration::from_secs(5)).unwrap();
-        let endpoint = blocking::Endpoint::bind(localhost(), EndpointConfig::client(transport)).unwrap();
+        let endpoint = blocking::Endpoint::bind_waiting(localhost(), EndpointConfig::client(transport), waiting).unwrap();
         let mut conn = endpoint.connect(addr).unwrap();
         conn.write_all(b"hello").unwrap();
         server.join().unwrap();
@@ -194,10 +198,10 @@ fn a_vanished_server_ends_a_blocked_read_within_the_idle_timeout() {
 
 #[test]
 fn one_thread_serves_several_connections_of_one_endpoint() {
-    bounded(Duration::from_secs(30), || {
+    bounded(Duration::from_secs(30), || for waiting in BOTH {
         let (tx, rx) = std::sync::mpsc::channel();
         let server = std::thread::spawn(move || {
-            let endpoint = blocking::Endpoint::bind(localhost(), EndpointConfig::server(TransportConfig::default())).unwrap();
+            let endpoint = blocking::Endpoint::bind_waiting(localhost(), EndpointConfig::server(TransportConfig::default()), waiting).unwrap();
             tx.send(endpoint.local_addr()).unwrap();
             let mut conns: Vec<_> = (0..3).map(|_| endpoint.accept().unwrap()).collect();
             assert_eq!(endpoint.connection_count(), 3);
@@ -216,7 +220,7 @@ fn one_thread_serves_several_connections_of_one_endpoint() {
             }
         });
         let addr = rx.recv_timeout(Duration::from_secs(5)).unwrap();
-        let endpoint = blocking::Endpoint::bind(localhost(), EndpointConfig::client(TransportConfig::default())).unwrap();
+        let endpoint = blocking::Endpoint::bind_waiting(localhost(), EndpointConfig::client(TransportConfig::default()), waiting).unwrap();
         let mut conns: Vec<_> = (0..3).map(|_| endpoint.connect(addr).unwrap()).collect();
         for round in 0..20u64 {
             // All three asked before any answer is read: the answers wait in their connections.
@@ -234,4 +238,19 @@ fn one_thread_serves_several_connections_of_one_endpoint() {
         }
         server.join().unwrap();
     });
+}
+
+#[test]
+fn an_endpoint_sleeps_on_io_uring_where_the_kernel_allows_it_and_in_epoll_when_asked() {
+    let epoll = blocking::Endpoint::bind_waiting(localhost(), EndpointConfig::client(TransportConfig::default()), Waiting::Epoll).unwrap();
+    assert_eq!(epoll.waiting(), Waiting::Epoll);
+    // The ring the endpoint asks for, asked for here directly: where the kernel gives it
+    // (this machine's, CI's), the endpoint must use it.
+    #[cfg(target_os = "linux")]
+    let ring_available = io_uring::IoUring::<io_uring::squeue::Entry, io_uring::cqueue::Entry>::builder().setup_single_issuer().setup_defer_taskrun().build(4).is_ok();
+    #[cfg(not(target_os = "linux"))]
+    let ring_available = false;
+    let preferred = blocking::Endpoint::bind(localhost(), EndpointConfig::client(TransportConfig::default())).unwrap();
+    let expected = if ring_available { Waiting::IoUring } else { Waiting::Epoll };
+    assert_eq!(preferred.waiting(), expected, "io_uring available: {ring_available}");
 }
