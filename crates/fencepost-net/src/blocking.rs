@@ -53,6 +53,22 @@ struct Io {
     /// `None` once a datagram arrived, the application's call changed it, or a call that
     /// changes it from outside [`Io::drive`] said so ([`Io::touch`]).
     settled: Cell<Option<Option<fencepost_proto::Instant>>>,
+    /// The peer a client endpoint's socket is connected to.
+    pinned: Cell<Pin>,
+}
+
+/// Whether a client endpoint's socket is connected to its one peer: datagrams to it then
+/// leave by `send` on the socket's cached route instead of a route lookup in every
+/// `sendto` (about 0.9 µs per datagram on loopback here, 0.7 µs of a 64-byte ping-pong's
+/// round trip). A connected socket hears only its peer, so a second peer ends it for good.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pin {
+    /// No connection opened yet.
+    Unused,
+    /// Connected to this peer (as the core names it: IPv4 peers in their IPv4 form).
+    To(SocketAddr),
+    /// A server (it hears from anyone), a second peer came, or connecting failed.
+    Never,
 }
 
 impl Io {
@@ -170,10 +186,14 @@ impl Io {
 
     /// Sends every batch the core wrote, waiting for room in the socket's buffer if need be.
     fn flush(&self, out: &mut Outgoing) -> Result<(), NetError> {
+        let pinned = match self.pinned.get() {
+            Pin::To(peer) => Some(peer),
+            Pin::Unused | Pin::Never => None,
+        };
         while let Some(batch) = out.next_batch() {
             let transmit = batch.transmit();
             let sent = loop {
-                match sockio::try_send(&self.shared.udp, &self.socket, self.shared.local_addr.is_ipv6(), &transmit) {
+                match sockio::try_send(&self.shared.udp, &self.socket, self.shared.local_addr.is_ipv6(), pinned, &transmit) {
                     // A full send buffer: wait for room, as a blocking socket would.
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                         wait_writable(&self.socket).map_err(|e| self.fail(e))?;
@@ -198,6 +218,55 @@ impl Io {
         let why = format!("socket error: {e}");
         self.shared.lock().stopped.get_or_insert(why.clone());
         NetError::EndpointClosed(why)
+    }
+
+    /// Connects the socket to `peer`, the peer of a connection about to open, where that
+    /// is this client endpoint's only peer; back to unconnected for a second one.
+    fn pin(&self, peer: SocketAddr) -> Result<(), NetError> {
+        let peer = driver::normalize(peer);
+        match self.pinned.get() {
+            Pin::Never => Ok(()),
+            Pin::To(pinned) if pinned == peer => Ok(()),
+            Pin::Unused if self.shared.config.server => {
+                self.pinned.set(Pin::Never);
+                Ok(())
+            }
+            Pin::Unused => {
+                let target = match (self.shared.local_addr, peer) {
+                    (SocketAddr::V6(_), SocketAddr::V4(v4)) => SocketAddr::new(v4.ip().to_ipv6_mapped().into(), v4.port()),
+                    (_, addr) => addr,
+                };
+                self.pinned.set(if self.socket.connect(target).is_ok() { Pin::To(peer) } else { Pin::Never });
+                Ok(())
+            }
+            Pin::To(_) => {
+                self.pinned.set(Pin::Never);
+                self.unpin().map_err(|e| self.fail(e))
+            }
+        }
+    }
+
+    /// Dissolves the socket's connection. Linux then also drops the port a socket bound to
+    /// port 0 was given (and the address a wildcard bind was narrowed to): it is bound to
+    /// the same address and port again, which are the endpoint's.
+    fn unpin(&self) -> io::Result<()> {
+        let fd = self.socket.as_raw_fd();
+        // SAFETY: all-zero is a valid sockaddr; AF_UNSPEC asks connect to dissolve.
+        let mut unspec: libc::sockaddr = unsafe { std::mem::zeroed() };
+        unspec.sa_family = libc::AF_UNSPEC as libc::sa_family_t;
+        // SAFETY: a sockaddr of its own size, for the length of the call.
+        if unsafe { libc::connect(fd, &unspec, std::mem::size_of::<libc::sockaddr>() as libc::socklen_t) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if self.socket.local_addr()? != self.shared.local_addr {
+            let addr = socket2::SockAddr::from(self.shared.local_addr);
+            // SAFETY: an address of its own length, for the length of the call.
+            if unsafe { libc::bind(fd, addr.as_ptr().cast(), addr.len()) } < 0 {
+                let e = io::Error::last_os_error();
+                return Err(io::Error::new(e.kind(), format!("could not keep the endpoint's address {} after a second peer: {e}", self.shared.local_addr)));
+            }
+        }
+        Ok(())
     }
 
     /// The application changed the core outside [`Io::drive`] (opened, closed or reset a
@@ -341,7 +410,7 @@ impl Endpoint {
         let (shared, socket) = Shared::bind(addr, config)?;
         let out = RefCell::new(Outgoing::new(&shared));
         let wait = Wait::new(&shared, &socket, preferred).map_err(NetError::Io)?;
-        Ok(Endpoint { io: Rc::new(Io { shared, socket, inbox: RefCell::new(Inbox::new()), out, wait, busy_poll: Cell::new(None), settled: Cell::new(None) }) })
+        Ok(Endpoint { io: Rc::new(Io { shared, socket, inbox: RefCell::new(Inbox::new()), out, wait, busy_poll: Cell::new(None), settled: Cell::new(None), pinned: Cell::new(Pin::Unused) }) })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -370,6 +439,7 @@ impl Endpoint {
     /// Opens a connection and runs the handshake, for up to `EndpointConfig::connect_timeout`.
     pub fn connect(&self, addr: SocketAddr) -> Result<Connection, NetError> {
         let shared = &self.io.shared;
+        self.io.pin(addr)?;
         let handle = {
             let mut st = shared.lock();
             if let Some(why) = &st.stopped {

@@ -396,7 +396,7 @@ pub(crate) fn deliver(st: &mut State, now: fencepost_proto::Instant, from: Socke
 }
 
 /// IPv4 peers of a dual-stack socket appear as v4-mapped v6 addresses; use the v4 form consistently.
-fn normalize(addr: SocketAddr) -> SocketAddr {
+pub(crate) fn normalize(addr: SocketAddr) -> SocketAddr {
     match addr {
         SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
             Some(v4) => SocketAddr::new(v4.into(), v6.port()),
@@ -442,7 +442,7 @@ fn collect_transmits(st: &mut State, now: fencepost_proto::Instant, out: &mut Ou
 async fn send(shared: &Shared, socket: &tokio::net::UdpSocket, batch: &Batch) -> io::Result<()> {
     let transmit = batch.transmit();
     loop {
-        match socket.try_io(Interest::WRITABLE, || sockio::try_send(&shared.udp, socket, shared.local_addr.is_ipv6(), &transmit)) {
+        match socket.try_io(Interest::WRITABLE, || sockio::try_send(&shared.udp, socket, shared.local_addr.is_ipv6(), None, &transmit)) {
             Ok(()) => return Ok(()),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => socket.writable().await?,
             Err(e) => return Err(e),

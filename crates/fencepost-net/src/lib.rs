@@ -425,7 +425,7 @@ impl Shared {
     /// buffer, or anything else) its datagrams go to the driver, which sends them and waits
     /// if it must; returns whether they left here.
     fn send_batch_inline(&self, st: &mut State, batch: &mut driver::Batch) -> bool {
-        let sent = sockio::try_send(&self.udp, &self.inline_socket, self.local_addr.is_ipv6(), &batch.transmit()).is_ok();
+        let sent = sockio::try_send(&self.udp, &self.inline_socket, self.local_addr.is_ipv6(), None, &batch.transmit()).is_ok();
         if !sent {
             for datagram in batch.data[..batch.len].chunks(batch.segment) {
                 st.responses.push((batch.destination, datagram.to_vec()));

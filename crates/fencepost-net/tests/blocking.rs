@@ -113,18 +113,45 @@ fn a_blocking_client_talks_to_an_async_server() {
 #[test]
 fn connecting_to_nobody_times_out_with_a_hint() {
     bounded(Duration::from_secs(30), || for waiting in BOTH {
-        // A port nobody listens on.
+        // A port held by a socket that never answers, and a port nobody holds: there the
+        // kernel answers each Initial with ICMP port unreachable, which a client socket
+        // connected to that port reports as an error on its next call; the endpoint goes on
+        // waiting for its timeout (and does not spin on them).
         let silent = std::net::UdpSocket::bind(localhost()).unwrap();
-        let addr = silent.local_addr().unwrap();
-        let config = EndpointConfig { connect_timeout: Duration::from_millis(300), ..EndpointConfig::client(TransportConfig::default()) };
-        let endpoint = blocking::Endpoint::bind_waiting(localhost(), config, waiting).unwrap();
-        let started = Instant::now();
-        match endpoint.connect(addr) {
-            Err(e @ NetError::ConnectTimeout { .. }) => assert!(e.to_string().contains("timed out after 0.3 s"), "{e}"),
-            other => panic!("expected a connect timeout, got {other:?}"),
+        let closed = std::net::UdpSocket::bind(localhost()).unwrap().local_addr().unwrap();
+        for addr in [silent.local_addr().unwrap(), closed] {
+            let config = EndpointConfig { connect_timeout: Duration::from_millis(300), ..EndpointConfig::client(TransportConfig::default()) };
+            let endpoint = blocking::Endpoint::bind_waiting(localhost(), config, waiting).unwrap();
+            let started = Instant::now();
+            match endpoint.connect(addr) {
+                Err(e @ NetError::ConnectTimeout { .. }) => assert!(e.to_string().contains("timed out after 0.3 s"), "{e}"),
+                other => panic!("expected a connect timeout from {addr}, got {other:?}"),
+            }
+            let took = started.elapsed();
+            assert!(took >= Duration::from_millis(300) && took < Duration::from_secs(3), "{took:?}");
         }
-        let took = started.elapsed();
-        assert!(took >= Duration::from_millis(300) && took < Duration::from_secs(3), "{took:?}");
+    });
+}
+
+#[test]
+fn a_client_endpoint_talks_to_two_servers_from_one_address() {
+    bounded(Duration::from_secs(30), || for waiting in BOTH {
+        let (first_addr, first) = echo_server(TransportConfig::default(), waiting);
+        let (second_addr, second) = echo_server(TransportConfig::default(), waiting);
+        let endpoint = blocking::Endpoint::bind_waiting(localhost(), EndpointConfig::client(TransportConfig::default()), waiting).unwrap();
+        let mut to_first = endpoint.connect(first_addr).unwrap();
+        let mut total = [echo_round(&mut to_first, 0, 500), 0];
+        // The second peer: the socket was connected to the first (a faster send path) and
+        // must hear both now, from the address it had (the first server knows no other).
+        let mut to_second = endpoint.connect(second_addr).unwrap();
+        for i in 1..20 {
+            total[0] += echo_round(&mut to_first, i, 100 + i);
+            total[1] += echo_round(&mut to_second, i, 200 + i);
+        }
+        to_first.close().unwrap();
+        to_second.close().unwrap();
+        assert_eq!(first.join().unwrap(), Ok(total[0]));
+        assert_eq!(second.join().unwrap(), Ok(total[1]));
     });
 }
 
