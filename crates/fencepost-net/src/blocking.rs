@@ -55,6 +55,16 @@ struct Io {
     settled: Cell<Option<Option<fencepost_proto::Instant>>>,
     /// The peer a client endpoint's socket is connected to.
     pinned: Cell<Pin>,
+    /// Datagrams of the ring's last receive not yet handed to the core. The ring's next
+    /// receive goes into the same buffer, so they are handed over before any wait.
+    deferred: Cell<Option<Deferred>>,
+}
+
+/// Where datagrams left in the ring's buffer lie, and where they came from.
+struct Deferred {
+    from: SocketAddr,
+    stride: usize,
+    range: std::ops::Range<usize>,
 }
 
 /// Whether a client endpoint's socket is connected to its one peer: datagrams to it then
@@ -121,6 +131,15 @@ impl Io {
             if sent {
                 continue;
             }
+            // The rest of the last receive, left until the answer it held had gone out.
+            #[cfg(target_os = "linux")]
+            if let (Some(rest), Wait::Ring(ring)) = (self.deferred.take(), &self.wait) {
+                self.settled.set(None);
+                let mut st = self.shared.lock();
+                let now = self.shared.now();
+                driver::deliver(&mut st, now, rest.from, rest.stride, &mut ring.borrow_mut().buffer()[rest.range]);
+                continue;
+            }
             let now = Instant::now();
             if until.is_some_and(|u| u <= now) {
                 return Ok(None);
@@ -166,15 +185,22 @@ impl Io {
         Ok(arrived)
     }
 
-    /// Sleeps on the ring until a datagram comes (and hands it to the core) or `timeout` passes.
+    /// Sleeps on the ring until a datagram comes or `timeout` passes. The core gets the
+    /// first datagram of what came at once, the rest (GRO joins what a peer sent together)
+    /// once the call has nothing left to send: a reply and the ack that rode behind it come
+    /// together, and the ack can wait until the answer to the reply has gone out.
     #[cfg(target_os = "linux")]
     fn receive_on_ring(&self, ring: &mut RingReceiver, timeout: Option<Duration>) -> Result<(), NetError> {
         match ring.wait(timeout) {
             Ok(Some(datagram)) => {
                 self.settled.set(None);
+                let first = datagram.stride.max(1).min(datagram.len);
                 let mut st = self.shared.lock();
                 let now = self.shared.now();
-                driver::deliver(&mut st, now, datagram.from, datagram.stride, &mut ring.buffer()[..datagram.len]);
+                driver::deliver(&mut st, now, datagram.from, datagram.stride, &mut ring.buffer()[..first]);
+                if first < datagram.len {
+                    self.deferred.set(Some(Deferred { from: datagram.from, stride: datagram.stride, range: first..datagram.len }));
+                }
                 Ok(())
             }
             Ok(None) => Ok(()),
@@ -410,7 +436,7 @@ impl Endpoint {
         let (shared, socket) = Shared::bind(addr, config)?;
         let out = RefCell::new(Outgoing::new(&shared));
         let wait = Wait::new(&shared, &socket, preferred).map_err(NetError::Io)?;
-        Ok(Endpoint { io: Rc::new(Io { shared, socket, inbox: RefCell::new(Inbox::new()), out, wait, busy_poll: Cell::new(None), settled: Cell::new(None), pinned: Cell::new(Pin::Unused) }) })
+        Ok(Endpoint { io: Rc::new(Io { shared, socket, inbox: RefCell::new(Inbox::new()), out, wait, busy_poll: Cell::new(None), settled: Cell::new(None), pinned: Cell::new(Pin::Unused), deferred: Cell::new(None) }) })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
