@@ -258,10 +258,7 @@ impl Io {
                 Ok(())
             }
             Pin::Unused => {
-                let target = match (self.shared.local_addr, peer) {
-                    (SocketAddr::V6(_), SocketAddr::V4(v4)) => SocketAddr::new(v4.ip().to_ipv6_mapped().into(), v4.port()),
-                    (_, addr) => addr,
-                };
+                let target = sockio::as_socket_names(peer, self.shared.local_addr.is_ipv6());
                 self.pinned.set(if self.socket.connect(target).is_ok() { Pin::To(peer) } else { Pin::Never });
                 Ok(())
             }

@@ -23,41 +23,42 @@ const UDP_GRO: libc::c_int = 104;
 pub(crate) fn try_send(udp: &UdpSocketState, socket: &impl AsFd, v6: bool, connected_to: Option<SocketAddr>, transmit: &Transmit<'_>) -> io::Result<()> {
     #[cfg(target_os = "linux")]
     if transmit.segment_size.is_none() && transmit.ecn.is_none() && transmit.src_ip.is_none() {
-        if connected_to == Some(transmit.destination) {
-            let contents = transmit.contents;
-            loop {
-                // SAFETY: the buffer outlives the call, its length is its own.
-                let n = unsafe { libc::send(socket.as_fd().as_raw_fd(), contents.as_ptr().cast(), contents.len(), 0) };
-                if n >= 0 {
-                    return Ok(());
-                }
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(e);
-                }
-            }
-        }
-        let destination = match (v6, transmit.destination) {
-            // The transport names IPv4 peers of a dual-stack socket in their IPv4 form.
-            (true, SocketAddr::V4(v4)) => SocketAddr::new(v4.ip().to_ipv6_mapped().into(), v4.port()),
-            (_, addr) => addr,
-        };
-        let to = socket2::SockAddr::from(destination);
+        let fd = socket.as_fd().as_raw_fd();
         let contents = transmit.contents;
-        loop {
-            // SAFETY: the buffer and the address outlive the call, their lengths are theirs.
-            let n = unsafe { libc::sendto(socket.as_fd().as_raw_fd(), contents.as_ptr().cast(), contents.len(), 0, to.as_ptr().cast(), to.len()) };
-            if n >= 0 {
-                return Ok(());
-            }
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
-            }
+        if connected_to == Some(transmit.destination) {
+            // SAFETY: the buffer outlives the call, its length is its own.
+            return uninterrupted(|| unsafe { libc::send(fd, contents.as_ptr().cast(), contents.len(), 0) }).map(drop);
         }
+        let to = socket2::SockAddr::from(as_socket_names(transmit.destination, v6));
+        // SAFETY: the buffer and the address outlive the call, their lengths are theirs.
+        return uninterrupted(|| unsafe { libc::sendto(fd, contents.as_ptr().cast(), contents.len(), 0, to.as_ptr().cast(), to.len()) }).map(drop);
     }
     let _ = (v6, connected_to);
     udp.try_send(socket.into(), transmit)
+}
+
+/// `addr` as a socket bound to an IPv6 address (if `v6`) names it: the transport names
+/// IPv4 peers of a dual-stack socket in their IPv4 form, the socket in the mapped one.
+pub(crate) fn as_socket_names(addr: SocketAddr, v6: bool) -> SocketAddr {
+    match (v6, addr) {
+        (true, SocketAddr::V4(v4)) => SocketAddr::new(v4.ip().to_ipv6_mapped().into(), v4.port()),
+        (_, addr) => addr,
+    }
+}
+
+/// A system call's byte count, the call repeated if a signal interrupted it.
+#[cfg(target_os = "linux")]
+fn uninterrupted(mut call: impl FnMut() -> libc::ssize_t) -> io::Result<usize> {
+    loop {
+        let n = call();
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
 }
 
 /// Receives into `bufs` as quinn-udp's `recv` does; into a single buffer with `recvmsg`,
@@ -73,17 +74,8 @@ pub(crate) fn recv(udp: &UdpSocketState, socket: &impl AsFd, bufs: &mut [IoSlice
 #[cfg(target_os = "linux")]
 fn recv_one(fd: std::os::fd::RawFd, buf: &mut IoSliceMut<'_>, meta: &mut RecvMeta) -> io::Result<()> {
     let mut slot = RecvSlot::new(buf);
-    let len = loop {
-        // SAFETY: the header points into `slot` and `buf`, which outlive the call.
-        let n = unsafe { libc::recvmsg(fd, slot.prepare(), 0) };
-        if n >= 0 {
-            break n as usize;
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    };
+    // SAFETY: the header points into `slot` and `buf`, which outlive the call.
+    let len = uninterrupted(|| unsafe { libc::recvmsg(fd, slot.prepare(), 0) })?;
     *meta = RecvMeta::default();
     meta.addr = slot.source()?;
     meta.len = len;

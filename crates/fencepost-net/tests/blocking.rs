@@ -39,9 +39,14 @@ fn message(i: usize, len: usize) -> Vec<u8> {
 /// A server on its own thread that echoes one connection until the peer finishes, then
 /// closes; returns the bytes it echoed.
 fn echo_server(transport: TransportConfig, waiting: Waiting) -> (SocketAddr, std::thread::JoinHandle<Result<u64, String>>) {
+    echo_server_at(localhost(), transport, waiting)
+}
+
+/// [`echo_server`] bound to `addr`.
+fn echo_server_at(addr: SocketAddr, transport: TransportConfig, waiting: Waiting) -> (SocketAddr, std::thread::JoinHandle<Result<u64, String>>) {
     let (tx, rx) = std::sync::mpsc::channel();
     let server = std::thread::spawn(move || {
-        let endpoint = blocking::Endpoint::bind_waiting(localhost(), EndpointConfig::server(transport), waiting).map_err(|e| e.to_string())?;
+        let endpoint = blocking::Endpoint::bind_waiting(addr, EndpointConfig::server(transport), waiting).map_err(|e| e.to_string())?;
         tx.send(endpoint.local_addr()).unwrap();
         let mut conn = endpoint.accept_timeout(Duration::from_secs(10)).map_err(|e| e.to_string())?.ok_or("nobody connected")?;
         let mut buf = vec![0u8; 100_000];
@@ -155,6 +160,25 @@ fn a_client_endpoint_talks_to_two_servers_from_one_address() {
         to_second.close().unwrap();
         assert_eq!(first.join().unwrap(), Ok(total[0]));
         assert_eq!(second.join().unwrap(), Ok(total[1]));
+    });
+}
+
+#[test]
+fn dual_stack_sockets_talk_to_ipv4_ones() {
+    bounded(Duration::from_secs(30), || for waiting in BOTH {
+        // An IPv6 socket bound to the wildcard address hears IPv4 peers as mapped addresses,
+        // which the transport names in their IPv4 form: each side must still reach the other
+        // (the client's socket connected to its peer, too).
+        let any6: SocketAddr = "[::]:0".parse().unwrap();
+        for (server_at, client_at) in [(any6, localhost()), (localhost(), any6)] {
+            let (addr, server) = echo_server_at(server_at, TransportConfig::default(), waiting);
+            let addr = SocketAddr::new("127.0.0.1".parse().unwrap(), addr.port());
+            let endpoint = blocking::Endpoint::bind_waiting(client_at, EndpointConfig::client(TransportConfig::default()), waiting).unwrap();
+            let mut conn = endpoint.connect(addr).unwrap();
+            let total: u64 = (0..10).map(|i| echo_round(&mut conn, i, 1 + i * 500)).sum();
+            conn.close().unwrap();
+            assert_eq!(server.join().unwrap(), Ok(total), "server at {server_at}, client at {client_at}");
+        }
     });
 }
 
