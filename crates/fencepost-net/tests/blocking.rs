@@ -126,8 +126,11 @@ fn connecting_to_nobody_times_out_with_a_hint() {
         // connected to that port reports as an error on its next call; the endpoint goes on
         // waiting for its timeout (and does not spin on them).
         let silent = std::net::UdpSocket::bind(localhost()).unwrap();
-        let closed = std::net::UdpSocket::bind(localhost()).unwrap().local_addr().unwrap();
-        for addr in [silent.local_addr().unwrap(), closed] {
+        // Held, so no other test can take it, but connected elsewhere: the kernel finds no
+        // socket for a datagram from anyone else.
+        let closed = std::net::UdpSocket::bind(localhost()).unwrap();
+        closed.connect(silent.local_addr().unwrap()).unwrap();
+        for addr in [silent.local_addr().unwrap(), closed.local_addr().unwrap()] {
             let config = EndpointConfig { connect_timeout: Duration::from_millis(300), ..EndpointConfig::client(TransportConfig::default()) };
             let endpoint = blocking::Endpoint::bind_waiting(localhost(), config, waiting).unwrap();
             let started = Instant::now();
