@@ -134,10 +134,7 @@ impl Io {
             // The rest of the last receive, left until the answer it held had gone out.
             #[cfg(target_os = "linux")]
             if let (Some(rest), Wait::Ring(ring)) = (self.deferred.take(), &self.wait) {
-                self.settled.set(None);
-                let mut st = self.shared.lock();
-                let now = self.shared.now();
-                driver::deliver(&mut st, now, rest.from, rest.stride, &mut ring.borrow_mut().buffer()[rest.range]);
+                self.hand_over(rest.from, rest.stride, &mut ring.borrow_mut().buffer()[rest.range]);
                 continue;
             }
             let now = Instant::now();
@@ -193,21 +190,25 @@ impl Io {
     fn receive_on_ring(&self, ring: &mut RingReceiver, timeout: Option<Duration>) -> Result<(), NetError> {
         match ring.wait(timeout) {
             Ok(Some(datagram)) => {
-                self.settled.set(None);
                 let first = datagram.stride.max(1).min(datagram.len);
-                let mut st = self.shared.lock();
-                let now = self.shared.now();
-                driver::deliver(&mut st, now, datagram.from, datagram.stride, &mut ring.buffer()[..first]);
+                self.hand_over(datagram.from, datagram.stride, &mut ring.buffer()[..first]);
                 if first < datagram.len {
                     self.deferred.set(Some(Deferred { from: datagram.from, stride: datagram.stride, range: first..datagram.len }));
                 }
                 Ok(())
             }
             Ok(None) => Ok(()),
-            // ICMP errors for earlier sends surface here: not ours to fail on.
-            Err(e) if matches!(e.kind(), io::ErrorKind::ConnectionRefused | io::ErrorKind::ConnectionReset | io::ErrorKind::Interrupted) => Ok(()),
+            Err(e) if driver::is_passing(&e) => Ok(()),
             Err(e) => Err(self.fail(e)),
         }
+    }
+
+    /// Gives the core the datagrams of `buf` (one, or GRO's run of `stride`-byte ones) from `from`.
+    #[cfg(target_os = "linux")]
+    fn hand_over(&self, from: SocketAddr, stride: usize, buf: &mut [u8]) {
+        self.settled.set(None);
+        let mut st = self.shared.lock();
+        driver::deliver(&mut st, self.shared.now(), from, stride, buf);
     }
 
     /// Sends every batch the core wrote, waiting for room in the socket's buffer if need be.
@@ -228,10 +229,8 @@ impl Io {
                 }
             };
             out.recycle(batch);
-            // A datagram the kernel refuses (a vanished route, ICMP feedback) is a lost packet
-            // to the transport, which recovers; only a dead socket (EBADF) stops the endpoint.
             if let Err(e) = sent {
-                if e.raw_os_error() == Some(libc::EBADF) {
+                if driver::is_fatal(&e) {
                     return Err(self.fail(e));
                 }
             }

@@ -319,9 +319,16 @@ impl Inbox {
     }
 }
 
-fn is_fatal(e: &io::Error) -> bool {
-    // EBADF: the socket itself is gone.
-    e.raw_os_error() == Some(9)
+/// A send error that stops the endpoint: EBADF, the socket itself is gone. Anything else
+/// the kernel refuses (a vanished route, ICMP feedback) is a lost packet to the transport.
+pub(crate) fn is_fatal(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::EBADF)
+}
+
+/// A receive error that is not the socket's: ICMP errors for earlier sends surface on some
+/// systems, and a signal may interrupt the call.
+pub(crate) fn is_passing(e: &io::Error) -> bool {
+    matches!(e.kind(), io::ErrorKind::ConnectionRefused | io::ErrorKind::ConnectionReset | io::ErrorKind::Interrupted)
 }
 
 fn stop(shared: &Shared, why: String) {
@@ -355,8 +362,7 @@ pub(crate) fn receive(
         let count = match recv(&mut iovs, metas) {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
-            // ICMP errors for earlier sends surface here on some systems: not ours to fail on.
-            Err(e) if matches!(e.kind(), io::ErrorKind::ConnectionRefused | io::ErrorKind::ConnectionReset | io::ErrorKind::Interrupted) => continue,
+            Err(e) if is_passing(&e) => continue,
             Err(e) => return Err(e),
         };
         drop(iovs);
