@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Simulated seconds per wall-clock second for a 100 MB bulk transfer over
 # 100 Mbit/s, 20 ms, 1 % loss. Target (issue 12): at least 150x for the controllers
-# that fill the link; measured 20-27x on a busy machine (2026-11-23), 34-39x on a quiet one (2026-11-24).
+# that fill the link; measured 54-76x on a quiet machine (2026-11-24; 47-53x with real-cipher=true).
+# Usage: bash bench/sim_speed.sh [BYTES] [OPTION=VALUE ...], e.g. 100MB cc=bbr real-cipher=true
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet -p fencepost-sim --example sim_speed
-exec ./target/release/examples/sim_speed "${1:-100MB}"
+exec ./target/release/examples/sim_speed "${1:-100MB}" "${@:2}"

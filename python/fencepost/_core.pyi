@@ -4,7 +4,7 @@ from typing import Awaitable
 
 __version__: str
 
-def simulate(options: list[tuple[str, str]], events: str | None = None, hash_thread: bool = True) -> str:
+def simulate(options: list[tuple[str, str]], events: str | None = None) -> str:
     """Runs one scenario; returns the report as JSON; with `events`, writes the
     per-packet event log there (JSON lines). Raises ValueError((option, message)).
     Ctrl-C stops the run and raises KeyboardInterrupt."""

@@ -207,7 +207,7 @@ def _ignore_sigint() -> None:
 
 
 def _run_task(task: Task) -> dict:
-    text = _core.simulate(task.options, None, False)
+    text = _core.simulate(task.options, None)
     # The build that ran it: an executor's workers on other machines may run another.
     return {"key": task.key, "condition": task.condition, "trial": task.trial, "build": build_id(), "result": json.loads(text)}
 

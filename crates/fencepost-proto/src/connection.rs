@@ -17,7 +17,7 @@ use crate::config::{Arq, FenceWidth, SendPolicy, TransportConfig};
 use crate::congestion::{AckBatch, Controller, DeliveryRateEstimator, RateSample};
 use crate::crypto::{self, AeadProtection, Cipher, ClientHandshake, HandshakeError, Pattern, PublicKey, StaticKey, RESET_TOKEN_LEN};
 use crate::disassembler::{Acked, Disassembler, SegmentState};
-use crate::protection::PacketProtection;
+use crate::protection::{PacketProtection, ProtectionConfig};
 use crate::redundancy::{Announcement, NoRedundancy, Redundancy};
 use crate::rtt::{RttEstimator, RttHistory};
 use crate::stats::ConnectionStats;
@@ -545,7 +545,7 @@ impl Connection {
         let (max_payload, window, redundancy, token) = read_parameters(&client).ok_or(HandshakeError("the client's parameters do not parse"))?;
         self.take_handshake_parameters(max_payload, window, redundancy);
         self.peer_reset_token = Some(token);
-        self.protection = Box::new(AeadProtection::new(cipher, &keys, false));
+        self.protection = Box::new(self.packet_protection(cipher, &keys, false));
         let answers = match &self.secure {
             Secure::Server { answers, .. } => answers + 1,
             _ => 1,
@@ -820,7 +820,7 @@ impl Connection {
                         Some((src_cid, max_payload, window, redundancy, token)) => {
                             let cipher = handshake.cipher;
                             self.secure = Secure::ClientDone { accept: noise.to_vec() };
-                            self.protection = Box::new(AeadProtection::new(cipher, &keys, true));
+                            self.protection = Box::new(self.packet_protection(cipher, &keys, true));
                             self.peer_static_key = Some(server_key);
                             self.peer_reset_token = Some(token);
                             self.peer_cid = src_cid;
@@ -1238,6 +1238,14 @@ impl Connection {
     }
 
     // ---- internals: receiving ----
+
+    /// The protection of packets after the handshake: the AEAD, or its model in a simulation.
+    fn packet_protection(&self, cipher: Cipher, keys: &crypto::SessionKeys, client: bool) -> AeadProtection {
+        match &self.config.protection {
+            ProtectionConfig::Noise(noise) if noise.model_aead => AeadProtection::modelled(cipher, keys, client),
+            _ => AeadProtection::new(cipher, keys, client),
+        }
+    }
 
     fn take_handshake_parameters(&mut self, max_payload: u16, window: u32, redundancy: u8) {
         self.payload_size = (self.config.max_payload as usize).min(max_payload.max(wire::MIN_PAYLOAD) as usize);

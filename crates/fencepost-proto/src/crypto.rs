@@ -269,6 +269,14 @@ pub struct NoiseConfig {
     pub validate_addresses: bool,
     /// How long a retry token stays valid.
     pub retry_token_lifetime: Duration,
+    /// Simulation only: after the handshake (which runs as usual), packets keep the AEAD's
+    /// layout — packet number, replay window, 16-byte tag — but their bodies are neither
+    /// encrypted nor authenticated, the tag being a constant of the session and direction.
+    /// A simulator, which models the network and not an attacker and does not time the
+    /// CPU, gets the same packets of the same sizes at the same times for a fraction of the
+    /// work. Both ends must agree (a modelled packet does not open as a sealed one, nor the
+    /// reverse). Never set on a real network: it protects nothing.
+    pub model_aead: bool,
 }
 
 impl Default for NoiseConfig {
@@ -279,6 +287,7 @@ impl Default for NoiseConfig {
             cipher: Cipher::Aes256Gcm,
             validate_addresses: true,
             retry_token_lifetime: Duration::from_secs(10),
+            model_aead: false,
         }
     }
 }
@@ -496,11 +505,17 @@ fn aead_key(cipher: Cipher, key: &[u8; 32]) -> LessSafeKey {
     LessSafeKey::new(UnboundKey::new(cipher.algorithm(), key).expect("both ciphers take 32-byte keys"))
 }
 
+/// How bodies are sealed and opened.
+enum Sealing {
+    Aead { seal_key: LessSafeKey, open_key: LessSafeKey },
+    /// [`NoiseConfig::model_aead`]: the body as it is, and a constant tag per direction.
+    Modelled { seal_tag: [u8; TAG_LEN], open_tag: [u8; TAG_LEN] },
+}
+
 /// Packet protection after a v2 handshake: every packet is sealed with the AEAD,
 /// its 10-byte header as associated data and its packet number as the nonce.
 pub struct AeadProtection {
-    seal_key: LessSafeKey,
-    open_key: LessSafeKey,
+    sealing: Sealing,
     cipher: Cipher,
     next_pn: u64,
     replay: ReplayWindow,
@@ -508,14 +523,48 @@ pub struct AeadProtection {
 
 impl fmt::Debug for AeadProtection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AeadProtection").field("cipher", &self.cipher).field("next_pn", &self.next_pn).finish_non_exhaustive()
+        let modelled = matches!(self.sealing, Sealing::Modelled { .. });
+        f.debug_struct("AeadProtection").field("cipher", &self.cipher).field("modelled", &modelled).field("next_pn", &self.next_pn).finish_non_exhaustive()
     }
 }
 
 impl AeadProtection {
     pub fn new(cipher: Cipher, keys: &SessionKeys, client: bool) -> AeadProtection {
-        let (seal, open) = if client { (&keys.client_to_server, &keys.server_to_client) } else { (&keys.server_to_client, &keys.client_to_server) };
-        AeadProtection { seal_key: aead_key(cipher, seal), open_key: aead_key(cipher, open), cipher, next_pn: 0, replay: ReplayWindow::default() }
+        let (seal, open) = Self::directions(keys, client);
+        let sealing = Sealing::Aead { seal_key: aead_key(cipher, seal), open_key: aead_key(cipher, open) };
+        AeadProtection { sealing, cipher, next_pn: 0, replay: ReplayWindow::default() }
+    }
+
+    /// The AEAD's layout without its work ([`NoiseConfig::model_aead`]): for simulations only.
+    pub fn modelled(cipher: Cipher, keys: &SessionKeys, client: bool) -> AeadProtection {
+        let (seal, open) = Self::directions(keys, client);
+        let tag = |key: &[u8; 32]| -> [u8; TAG_LEN] { key[..TAG_LEN].try_into().expect("a key is longer than a tag") };
+        AeadProtection { sealing: Sealing::Modelled { seal_tag: tag(seal), open_tag: tag(open) }, cipher, next_pn: 0, replay: ReplayWindow::default() }
+    }
+
+    /// This side's (sealing, opening) keys.
+    fn directions(keys: &SessionKeys, client: bool) -> (&[u8; 32], &[u8; 32]) {
+        if client {
+            (&keys.client_to_server, &keys.server_to_client)
+        } else {
+            (&keys.server_to_client, &keys.client_to_server)
+        }
+    }
+
+    /// Opens `body` (ciphertext then tag) in place; returns the plaintext's length.
+    fn open_body(&self, pn: u64, header: &[u8], body: &mut [u8]) -> Result<usize, ProtectionError> {
+        const FAILED: ProtectionError = ProtectionError("the packet does not authenticate");
+        match &self.sealing {
+            Sealing::Aead { open_key, .. } => Ok(open_key.open_in_place(nonce(pn), Aad::from(header), body).map_err(|_| FAILED)?.len()),
+            Sealing::Modelled { open_tag, .. } => {
+                let plain = body.len().checked_sub(TAG_LEN).ok_or(FAILED)?;
+                if constant_time_eq(&body[plain..], open_tag) {
+                    Ok(plain)
+                } else {
+                    Err(FAILED)
+                }
+            }
+        }
     }
 }
 
@@ -558,11 +607,15 @@ impl AeadProtection {
         packet[V1_HEADER_LEN..PROTECTED_HEADER_LEN].copy_from_slice(&(pn as u32).to_be_bytes());
         let (header, rest) = packet.split_at_mut(PROTECTED_HEADER_LEN);
         let body_len = len - V1_HEADER_LEN;
-        let tag = self
-            .seal_key
-            .seal_in_place_separate_tag(nonce(pn), Aad::from(&header[..]), &mut rest[..body_len])
-            .map_err(|_| ProtectionError("sealing failed"))?;
-        rest[body_len..body_len + TAG_LEN].copy_from_slice(tag.as_ref());
+        match &self.sealing {
+            Sealing::Aead { seal_key, .. } => {
+                let tag = seal_key
+                    .seal_in_place_separate_tag(nonce(pn), Aad::from(&header[..]), &mut rest[..body_len])
+                    .map_err(|_| ProtectionError("sealing failed"))?;
+                rest[body_len..body_len + TAG_LEN].copy_from_slice(tag.as_ref());
+            }
+            Sealing::Modelled { seal_tag, .. } => rest[body_len..body_len + TAG_LEN].copy_from_slice(seal_tag),
+        }
         Ok(sealed)
     }
 }
@@ -597,11 +650,7 @@ impl PacketProtection for AeadProtection {
         scratch.extend_from_slice(&datagram[..V1_HEADER_LEN]);
         scratch[0] = 1;
         scratch.extend_from_slice(&datagram[PROTECTED_HEADER_LEN..]);
-        let plain = self
-            .open_key
-            .open_in_place(nonce(pn), Aad::from(&datagram[..PROTECTED_HEADER_LEN]), &mut scratch[V1_HEADER_LEN..])
-            .map_err(|_| ProtectionError("the packet does not authenticate"))?
-            .len();
+        let plain = self.open_body(pn, &datagram[..PROTECTED_HEADER_LEN], &mut scratch[V1_HEADER_LEN..])?;
         scratch.truncate(V1_HEADER_LEN + plain);
         self.replay.mark(pn);
         Ok(&scratch[..])
@@ -613,11 +662,7 @@ impl PacketProtection for AeadProtection {
     fn open_in_place<'a>(&mut self, datagram: &'a mut [u8], _scratch: &'a mut Vec<u8>) -> Result<&'a [u8], ProtectionError> {
         let pn = self.fresh_packet_number(datagram)?;
         let (header, body) = datagram.split_at_mut(PROTECTED_HEADER_LEN);
-        let plain = self
-            .open_key
-            .open_in_place(nonce(pn), Aad::from(&header[..]), body)
-            .map_err(|_| ProtectionError("the packet does not authenticate"))?
-            .len();
+        let plain = self.open_body(pn, header, body)?;
         let mut v1_header = [0u8; V1_HEADER_LEN];
         v1_header.copy_from_slice(&header[..V1_HEADER_LEN]);
         v1_header[0] = 1;
@@ -823,6 +868,48 @@ mod tests {
         // The prologue binds the client's id: a server reading it under another id refuses.
         let client = ClientHandshake::start(&config, 1, [1; 32], b"").unwrap();
         assert!(server_handshake(&server, client.pattern, config.cipher, 2, [2; 32], &client.message, |_| vec![]).is_err());
+    }
+
+    #[test]
+    fn a_modelled_aead_keeps_the_layout_and_opens_only_its_own_packets() {
+        let server = StaticKey::from_seed([9; 32]);
+        let config = NoiseConfig::default();
+        let mut client = ClientHandshake::start(&config, 7, [1; 32], b"").unwrap();
+        let (_, accept, server_keys) = server_handshake(&server, client.pattern, config.cipher, 7, [2; 32], &client.message, |_| vec![]).unwrap();
+        let (_, _, client_keys) = client.finish(&accept).unwrap();
+        let plain = [1u8, 2, 0, 0, 0, 7, 0, 0, 0, 1, 0, 0, 0, 9, b'h', b'i'];
+        let seal = |p: &mut AeadProtection| {
+            let mut buf = [0u8; 64];
+            buf[..plain.len()].copy_from_slice(&plain);
+            let n = p.seal(&mut buf, plain.len()).unwrap();
+            buf[..n].to_vec()
+        };
+        let mut modelled = AeadProtection::modelled(config.cipher, &client_keys, true);
+        let mut real = AeadProtection::new(config.cipher, &client_keys, true);
+        let (m, r) = (seal(&mut modelled), seal(&mut real));
+        // The same size and header (packet number 0 both), the body left as it was.
+        assert_eq!(m.len(), r.len());
+        assert_eq!(m[..PROTECTED_HEADER_LEN], r[..PROTECTED_HEADER_LEN]);
+        assert_eq!(&m[PROTECTED_HEADER_LEN..m.len() - TAG_LEN], &plain[V1_HEADER_LEN..]);
+        let mut scratch = Vec::new();
+        let mut open = AeadProtection::modelled(config.cipher, &server_keys, false);
+        assert_eq!(open.open(&m, &mut scratch).unwrap(), &plain);
+        assert_eq!(open.open(&m, &mut scratch).unwrap_err(), ProtectionError::REPLAYED);
+        // Neither kind opens the other's packets, nor a packet sealed for the other direction.
+        let mut other = seal(&mut modelled);
+        assert!(AeadProtection::new(config.cipher, &server_keys, false).open(&other, &mut scratch).is_err());
+        assert!(AeadProtection::modelled(config.cipher, &server_keys, false).open(&r, &mut scratch).is_err());
+        assert!(AeadProtection::modelled(config.cipher, &client_keys, true).open_in_place(&mut other, &mut scratch).is_err());
+        // A wrong tag or a packet too short is refused; in place, the plaintext lies in the datagram.
+        let mut tampered = other.clone();
+        *tampered.last_mut().unwrap() ^= 1;
+        let mut fresh = AeadProtection::modelled(config.cipher, &server_keys, false);
+        assert!(fresh.open_in_place(&mut tampered, &mut scratch).is_err());
+        assert!(fresh.open(&other[..PROTECTED_HEADER_LEN + TAG_LEN - 1], &mut scratch).is_err());
+        scratch.clear();
+        assert_eq!(fresh.open_in_place(&mut other, &mut scratch).unwrap(), &plain);
+        assert!(scratch.is_empty());
+        assert!(format!("{modelled:?}").contains("modelled: true"));
     }
 
     /// The sealed-packet vectors printed in docs/protocol.md: the `data` vector of

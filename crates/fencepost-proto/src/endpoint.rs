@@ -627,7 +627,8 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
 
     /// Brings every touched connection's deadline, events and readiness to send up to date.
     fn reschedule_touched(&mut self) {
-        for cid in std::mem::take(&mut self.touched) {
+        // Drained in place (nothing below touches a connection): the list keeps its allocation.
+        for cid in self.touched.drain(..) {
             let Some(entry) = self.connections.get_mut(&cid) else { continue };
             entry.touched = false;
             Self::refresh(cid, entry, &mut self.timers, &mut self.with_events, &mut self.drained);
@@ -637,8 +638,14 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
             }
         }
         // Stale heap entries pile up while deadlines move; rebuild before they outnumber the live ones.
-        if self.timers.len() > 4 * self.connections.len() + 1024 {
-            self.timers = self.connections.iter().filter_map(|(&cid, e)| e.scheduled.map(|at| Reverse((at, cid)))).collect();
+        // (Rebuilding costs one pass over the connections, after at least as many pushes: a small heap
+        // keeps each push and pop short even for an endpoint of one connection.) Rebuilt in place,
+        // keeping its allocation.
+        if self.timers.len() > 2 * self.connections.len() + 32 {
+            let mut entries = std::mem::take(&mut self.timers).into_vec();
+            entries.clear();
+            entries.extend(self.connections.iter().filter_map(|(&cid, e)| e.scheduled.map(|at| Reverse((at, cid)))));
+            self.timers = BinaryHeap::from(entries);
         }
     }
 

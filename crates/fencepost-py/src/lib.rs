@@ -20,15 +20,13 @@ use std::sync::Arc;
 
 /// Runs one simulated scenario given as (option, value) pairs; returns the report as JSON.
 /// With `events`, writes the per-packet event log there as JSON lines.
-/// `hash_thread`: hash the streams on a helper thread (faster alone, slower when
-/// several runs share the cores).
 #[pyfunction]
-#[pyo3(signature = (options, events=None, hash_thread=true))]
-fn simulate(py: Python<'_>, options: Vec<(String, String)>, events: Option<PathBuf>, hash_thread: bool) -> PyResult<String> {
+#[pyo3(signature = (options, events=None))]
+fn simulate(py: Python<'_>, options: Vec<(String, String)>, events: Option<PathBuf>) -> PyResult<String> {
     let _ = controller::take_error();
     let scenario = Scenario::from_options(options.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .map_err(|e| PyValueError::new_err((e.option, e.message)))?;
-    let report = simulate_scenario(py, scenario, events, hash_thread)?;
+    let report = simulate_scenario(py, scenario, events)?;
     // A Python controller that raised ran on with its last window; the run's figures mean nothing.
     if let Some(error) = controller::take_error() {
         return Err(pyo3::exceptions::PyRuntimeError::new_err(format!("the Python congestion controller failed: {error}")));
@@ -36,11 +34,10 @@ fn simulate(py: Python<'_>, options: Vec<(String, String)>, events: Option<PathB
     Ok(report)
 }
 
-fn simulate_scenario(py: Python<'_>, scenario: Scenario, events: Option<PathBuf>, hash_thread: bool) -> PyResult<String> {
+fn simulate_scenario(py: Python<'_>, scenario: Scenario, events: Option<PathBuf>) -> PyResult<String> {
     let cancel = Arc::new(AtomicBool::new(false));
     let sim = Simulation::new(scenario.clone()).cancel_on(cancel.clone());
     let Some(path) = events else {
-        let sim = if hash_thread { sim } else { sim.hash_inline() };
         let report = run_interruptible(py, &cancel, move || sim.run())?;
         return Ok(report.to_json());
     };

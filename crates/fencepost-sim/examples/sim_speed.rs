@@ -7,11 +7,28 @@ use std::time::Instant;
 
 fn main() {
     let bytes = std::env::args().nth(1).unwrap_or_else(|| "100MB".to_string());
+    // Further arguments are scenario options, name=value, added to every run (e.g. insecure=true).
+    let mut extra: Vec<(String, String)> = std::env::args()
+        .skip(2)
+        .map(|arg| match arg.split_once('=') {
+            Some((name, value)) => (name.to_string(), value.to_string()),
+            None => {
+                eprintln!("sim_speed: {arg:?} is not an option; accepted form: name=value (e.g. insecure=true)");
+                std::process::exit(2)
+            }
+        })
+        .collect();
     println!("scenario: bulk {bytes}, rate 100mbit, delay 20ms, loss 1% both ways, queue 1MB, seed 1");
     println!("{:<34} {:>10} {:>10} {:>12} {:>14} {:>10}", "cc", "virtual s", "wall s", "sim x real", "datagrams/s", "integrity");
-    // A window that fills the 100 Mbit/s x 40 ms path, the default profile's, and the loss-based controllers.
-    for cc in ["none:window=512", "none:window=64", "tahoe", "reno", "cubic", "bbr", "tolerant"] {
-        let options = [
+    // A window that fills the 100 Mbit/s x 40 ms path, the default profile's, and the loss-based
+    // controllers; or only the controller given as cc=SPEC.
+    let given_cc = extra.iter().position(|(name, _)| name == "cc").map(|i| extra.remove(i).1);
+    let controllers = match &given_cc {
+        Some(cc) => vec![cc.as_str()],
+        None => vec!["none:window=512", "none:window=64", "tahoe", "reno", "cubic", "bbr", "tolerant"],
+    };
+    for cc in controllers {
+        let mut options = vec![
             ("bytes", bytes.as_str()),
             ("rate", "100mbit"),
             ("delay", "20ms"),
@@ -20,7 +37,14 @@ fn main() {
             ("cc", cc),
             ("seed", "1"),
         ];
-        let scenario = Scenario::from_options(options).expect("bench options are valid");
+        options.extend(extra.iter().map(|(n, v)| (n.as_str(), v.as_str())));
+        let scenario = match Scenario::from_options(options) {
+            Ok(scenario) => scenario,
+            Err(e) => {
+                eprintln!("sim_speed: {e}");
+                std::process::exit(2)
+            }
+        };
         let started = Instant::now();
         let report = run(scenario);
         let wall = started.elapsed().as_secs_f64();

@@ -15,7 +15,7 @@ use std::collections::VecDeque;
 /// Bytes a bulk sender writes per call and the verifier regenerates at a time.
 const CHUNK: usize = 64 * 1024;
 
-/// What a flow's applications share with the simulator: the stream digests, the
+/// What a flow's applications share with the simulator: the stream digests (echo), the
 /// byte-by-byte check of what is read, and the flow's progress.
 pub struct FlowIo {
     pub digests: StreamDigests,
@@ -122,18 +122,16 @@ impl Verifier {
     }
 }
 
-/// A flow's applications and shared state, hashing inline; `app_seed` seeds the
-/// bulk stream or the echo messages. Also returns the bulk stream's pattern, so a
-/// driver can move hashing to a helper thread ([`StreamDigests::new`]).
-pub type Built = (Box<dyn ClientApp>, Box<dyn ServerApp>, FlowIo, Option<BulkPattern>);
+/// A flow's applications and shared state; `app_seed` seeds the bulk stream or the echo messages.
+pub type Built = (Box<dyn ClientApp>, Box<dyn ServerApp>, FlowIo);
 
 pub fn build(workload: &Workload, start: Instant, app_seed: u64) -> Built {
     match *workload {
         Workload::Bulk { bytes, duration } => {
-            // The bulk stream: the sender writes it, the verifier and the hasher regenerate it.
+            // The bulk stream: the sender writes it, the verifier regenerates it.
             let pattern = BulkPattern::new(app_seed);
             let verifier = Verifier::Bulk { pattern: pattern.clone(), chunk: vec![0; CHUNK], pos: CHUNK, offset: 0u64.wrapping_sub(CHUNK as u64) };
-            let digests = StreamDigests::inline(Some(pattern.clone()));
+            let digests = StreamDigests::none();
             let client = BulkSender {
                 remaining: bytes,
                 write_until: duration.map(|d| start + d),
@@ -146,12 +144,12 @@ pub fn build(workload: &Workload, start: Instant, app_seed: u64) -> Built {
                 closed: false,
             };
             let expected = if duration.is_some() { 0 } else { bytes };
-            (Box::new(client), Box::new(Sink { closed: false }), FlowIo::new(digests, verifier, expected), Some(pattern))
+            (Box::new(client), Box::new(Sink { closed: false }), FlowIo::new(digests, verifier, expected))
         }
         Workload::Stream { message_bytes, interval, duration } => {
             let pattern = BulkPattern::new(app_seed);
             let verifier = Verifier::Bulk { pattern: pattern.clone(), chunk: vec![0; CHUNK], pos: CHUNK, offset: 0u64.wrapping_sub(CHUNK as u64) };
-            let digests = StreamDigests::inline(Some(pattern.clone()));
+            let digests = StreamDigests::none();
             let count = (duration.total_micros() / interval.total_micros()).max(1);
             let client = StreamSender {
                 start: None,
@@ -168,7 +166,7 @@ pub fn build(workload: &Workload, start: Instant, app_seed: u64) -> Built {
                 closed: false,
             };
             let server = StreamSink { interval, message_bytes, read: 0, next_message: 0, closed: false };
-            (Box::new(client), Box::new(server), FlowIo::new(digests, verifier, count * message_bytes), Some(pattern))
+            (Box::new(client), Box::new(server), FlowIo::new(digests, verifier, count * message_bytes))
         }
         Workload::Echo { messages } => {
             let client = EchoClient {
@@ -180,7 +178,7 @@ pub fn build(workload: &Workload, start: Instant, app_seed: u64) -> Built {
                 closed: false,
             };
             let verifier = Verifier::Echo { unechoed: VecDeque::new() };
-            (Box::new(client), Box::new(EchoServer { backlog: Vec::new(), closed: false }), FlowIo::new(StreamDigests::inline(None), verifier, 0), None)
+            (Box::new(client), Box::new(EchoServer { backlog: Vec::new(), closed: false }), FlowIo::new(StreamDigests::hashing(), verifier, 0))
         }
     }
 }
@@ -221,7 +219,6 @@ impl ClientApp for BulkSender {
             if n == 0 {
                 break;
             }
-            io.digests.update_sent_pattern(n as u64);
             self.chunk_pos += n;
             self.remaining -= n as u64;
             self.written += n as u64;
@@ -282,7 +279,6 @@ impl ClientApp for StreamSender {
             if n == 0 {
                 break;
             }
-            io.digests.update_sent_pattern(n as u64);
             self.chunk_pos += n;
             self.owed -= n as u64;
             self.written += n as u64;
@@ -386,7 +382,7 @@ impl ClientApp for EchoClient {
     }
 }
 
-/// Reads the bulk stream straight into the buffer the hasher takes, checking every byte; closes at its end.
+/// Reads the bulk stream, checking every byte; closes at its end.
 struct Sink {
     closed: bool,
 }
@@ -398,20 +394,18 @@ impl ServerApp for Sink {
     }
 }
 
-/// Reads everything readable straight into the buffer the hasher takes, checking every
-/// byte, and hands each chunk's length to `chunk`; returns whether the stream ended.
+/// Reads everything readable, checking every byte in the receive buffer itself (no
+/// copy), and hands each chunk's length to `chunk`; returns whether the stream ended.
 fn sink_reads(conn: &mut Connection, io: &mut FlowIo, mut chunk: impl FnMut(&mut FlowIo, u64)) -> bool {
     loop {
-        let buf = io.digests.receive_buffer();
-        let (n, eof) = match conn.read(buf) {
+        let verifier = &mut io.verifier;
+        let mut wrong = 0;
+        let (n, eof) = match conn.read_with(CHUNK, |bytes| wrong += verifier.check(bytes)) {
             Ok(0) => (0, true),
-            Ok(n) => {
-                io.wrong_bytes += io.verifier.check(&buf[..n]);
-                (n, false)
-            }
+            Ok(n) => (n, false),
             Err(ReadError::WouldBlock) | Err(ReadError::ConnectionLost(_)) => (0, false),
         };
-        io.digests.commit_received(n);
+        io.wrong_bytes += wrong;
         if n == 0 {
             return eof;
         }

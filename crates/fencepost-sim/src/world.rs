@@ -8,7 +8,6 @@
 
 use crate::apps::{self, ClientApp, FlowIo, ServerApp};
 use crate::digest::StreamDigests;
-use crate::pattern::BulkPattern;
 use fencepost_link::{Bandwidth, Link, LinkEvent, LossModel};
 use fencepost_proto::{
     ConnectionError, ConnectionHandle, ConnectionStats, DatagramEvent, Endpoint, EndpointConfig, Instant, State, TraceEvent,
@@ -79,7 +78,9 @@ struct InTransit {
     flow: u32,
     to_server: bool,
     hop: u16,
+    /// A pooled buffer, [`Simulation::datagram_room`] long; the datagram is its first `len` bytes.
     datagram: Vec<u8>,
+    len: usize,
 }
 
 /// One direction of one link.
@@ -115,7 +116,6 @@ struct Flow {
     client_app: Box<dyn ClientApp>,
     server_app: Box<dyn ServerApp>,
     io: FlowIo,
-    pattern: Option<BulkPattern>,
     snapshot: Snapshot,
     /// (status, error, when) once the flow is over.
     ended: Option<(String, Option<String>, Instant)>,
@@ -185,11 +185,12 @@ pub struct Simulation {
     events: Vec<LinkEventSpec>,
     next_event: usize,
     buf: Vec<u8>,
-    /// Datagram buffers back from the links, reused to spare an allocation per packet.
+    /// Datagram buffers back from the links, reused to spare an allocation per packet; endpoints
+    /// write into them directly, so each is as long as the largest datagram any endpoint sends.
     pool: Vec<Vec<u8>>,
+    datagram_room: usize,
     trace: Option<Box<dyn TraceSink>>,
     cancel: Option<Arc<AtomicBool>>,
-    hash_thread: bool,
 }
 
 fn channel_index(hop: Hop) -> usize {
@@ -224,7 +225,7 @@ impl Simulation {
             .enumerate()
             .map(|(i, spec)| {
                 let [client_seed, server_seed, app_seed] = flow_seeds(seed, i);
-                let (client_app, server_app, io, pattern) = apps::build(&spec.workload, start + spec.start, app_seed);
+                let (client_app, server_app, io) = apps::build(&spec.workload, start + spec.start, app_seed);
                 Flow {
                     client: Endpoint::new(EndpointConfig::client(spec.transport.clone()), client_seed),
                     server: Endpoint::new(EndpointConfig::server(spec.transport.clone()), server_seed),
@@ -233,7 +234,6 @@ impl Simulation {
                     client_app,
                     server_app,
                     io,
-                    pattern,
                     snapshot: Snapshot { payload_size: spec.transport.max_payload as usize, ..Default::default() },
                     ended: None,
                     last_rx_client: start,
@@ -245,6 +245,12 @@ impl Simulation {
             .collect();
         let mut events = topology.events.clone();
         events.sort_by_key(|e| e.at);
+        // What `Connection::poll_transmit` asks for: the largest data packet, and at least 1,500
+        // bytes (a handshake can be larger than a tiny payload's packets); and a margin, as an FEC
+        // repair is 2 bytes longer than the largest data packet (its symbol carries the payload's
+        // length and flags). A packet that did not fit would not be sent.
+        let largest = topology.flows.iter().map(|f| f.transport.max_datagram()).max().unwrap_or(0);
+        let datagram_room = largest.max(1_500) + 64;
         Simulation {
             scenario,
             now: start,
@@ -254,17 +260,10 @@ impl Simulation {
             next_event: 0,
             buf: vec![0; 65_536],
             pool: Vec::new(),
+            datagram_room,
             trace: None,
             cancel: None,
-            hash_thread: true,
         }
-    }
-
-    /// Hashes on the simulation's own thread: for runs that already share the
-    /// machine's cores with other runs (sweeps), a helper thread only adds contention.
-    pub fn hash_inline(mut self) -> Simulation {
-        self.hash_thread = false;
-        self
     }
 
     /// Sends per-packet trace events to `sink` (turns tracing on in every endpoint's transport).
@@ -272,13 +271,12 @@ impl Simulation {
         for flow in &mut self.scenario.topology.flows {
             flow.transport.trace = true;
         }
-        let hash_thread = self.hash_thread;
         let cancel = self.cancel.take();
         let mut rebuilt = Simulation::new(self.scenario);
         for channel in &mut rebuilt.channels {
             channel.link.observe(true);
         }
-        Simulation { trace: Some(sink), hash_thread, cancel, ..rebuilt }
+        Simulation { trace: Some(sink), cancel, ..rebuilt }
     }
 
     /// Stops the run early (status `cancelled`) once `flag` is set, checked every few thousand steps.
@@ -300,11 +298,6 @@ impl Simulation {
     }
 
     fn run_inner(mut self) -> (RunReport, Option<Box<dyn TraceSink>>) {
-        // One helper thread pays off for a single flow; with several, the flows hash on their own.
-        if self.hash_thread && self.flows.len() == 1 {
-            let flow = &mut self.flows[0];
-            flow.io.digests = StreamDigests::new(flow.pattern.clone());
-        }
         let deadline = self.now + self.scenario.timeout;
         let mut steps_here = 0u32;
         let mut steps = 0u64;
@@ -445,20 +438,22 @@ impl Simulation {
                     let next = packet.hop as usize + 1;
                     if let Some(&hop) = path.get(next) {
                         packet.hop = next as u16;
-                        let size = packet.datagram.len() + self.scenario.header_overhead;
+                        let size = packet.len + self.scenario.header_overhead;
                         self.channels[channel_index(hop)].link.enqueue(t, packet, size);
                         continue;
                     }
                     if packet.to_server {
                         flow.last_rx_server = now;
-                        match flow.server.handle_datagram_in_place(now, CLIENT, &mut packet.datagram, &mut self.buf) {
+                        match flow.server.handle_datagram_in_place(now, CLIENT, &mut packet.datagram[..packet.len], &mut self.buf) {
                             Some(DatagramEvent::NewConnection(incoming)) => {
                                 if let Ok(handle) = flow.server.accept(incoming) {
                                     flow.server_conn.get_or_insert(handle);
                                 }
                             }
                             Some(DatagramEvent::Response { transmit, .. }) => {
-                                let response = InTransit { flow: packet.flow, to_server: false, hop: 0, datagram: Self::pooled(&mut self.pool, &self.buf[..transmit.size]) };
+                                let mut datagram = Self::pooled(&mut self.pool, self.datagram_room.max(transmit.size));
+                                datagram[..transmit.size].copy_from_slice(&self.buf[..transmit.size]);
+                                let response = InTransit { flow: packet.flow, to_server: false, hop: 0, datagram, len: transmit.size };
                                 let first = channel_index(flow.spec.return_path[0]);
                                 self.channels[first].link.enqueue(t, response, transmit.size + self.scenario.header_overhead);
                             }
@@ -466,7 +461,7 @@ impl Simulation {
                         }
                     } else {
                         flow.last_rx_client = now;
-                        flow.client.handle_datagram_in_place(now, SERVER, &mut packet.datagram, &mut self.buf);
+                        flow.client.handle_datagram_in_place(now, SERVER, &mut packet.datagram[..packet.len], &mut self.buf);
                     }
                     self.pool.push(packet.datagram);
                 }
@@ -530,19 +525,26 @@ impl Simulation {
             for to_server in [true, false] {
                 let (endpoint, path) = if to_server { (&mut flow.client, &flow.spec.path) } else { (&mut flow.server, &flow.spec.return_path) };
                 let first = channel_index(path[0]);
-                while let Some((_, transmit)) = endpoint.poll_transmit(self.now, &mut self.buf) {
-                    let datagram = Self::pooled(&mut self.pool, &self.buf[..transmit.size]);
-                    let packet = InTransit { flow: index as u32, to_server, hop: 0, datagram };
+                loop {
+                    // Written straight into the buffer that crosses the links.
+                    let mut datagram = Self::pooled(&mut self.pool, self.datagram_room);
+                    let Some((_, transmit)) = endpoint.poll_transmit(self.now, &mut datagram) else {
+                        self.pool.push(datagram);
+                        break;
+                    };
+                    let packet = InTransit { flow: index as u32, to_server, hop: 0, datagram, len: transmit.size };
                     self.channels[first].link.enqueue(t, packet, transmit.size + overhead);
                 }
             }
         }
     }
 
-    fn pooled(pool: &mut Vec<Vec<u8>>, bytes: &[u8]) -> Vec<u8> {
+    /// A buffer of at least `room` bytes (zeroed only when new or grown).
+    fn pooled(pool: &mut Vec<Vec<u8>>, room: usize) -> Vec<u8> {
         let mut datagram = pool.pop().unwrap_or_default();
-        datagram.clear();
-        datagram.extend_from_slice(bytes);
+        if datagram.len() < room {
+            datagram.resize(room, 0);
+        }
         datagram
     }
 
@@ -582,8 +584,11 @@ impl Simulation {
             let interval_s = self.scenario.series.as_secs_f64();
             let goodput_series_bps: Vec<f64> =
                 flow.series.iter().scan(0u64, |before, &now| Some((now - std::mem::replace(before, now)) as f64 * 8.0 / interval_s)).collect();
-            let [sent_digest, received_digest] = std::mem::replace(&mut io.digests, StreamDigests::inline(None)).finish();
-            let integrity_ok = completed.is_some() && bytes_delivered == io.bytes_expected && sent_digest == received_digest && io.wrong_bytes == 0;
+            // Echo's streams are hashed and compared; a pattern's received bytes were compared
+            // one by one with the pattern as they were read (wrong_bytes).
+            let digests = std::mem::replace(&mut io.digests, StreamDigests::none()).finish();
+            let digests_agree = digests.is_none_or(|[sent, received]| sent == received);
+            let integrity_ok = completed.is_some() && bytes_delivered == io.bytes_expected && digests_agree && io.wrong_bytes == 0;
             let timeout_silence_s = error.as_deref().and_then(|e| {
                 let last = if e.starts_with("client:") { flow.last_rx_client } else { flow.last_rx_server };
                 (status == "timeout").then(|| (ended - last).as_secs_f64())
@@ -610,7 +615,7 @@ impl Simulation {
                 cc: describe_cc(&t.controller),
                 bytes_expected: io.bytes_expected,
                 bytes_delivered,
-                sha256: sent_digest.iter().map(|b| format!("{b:02x}")).collect(),
+                sha256: digests.map(|[sent, _]| sent.iter().map(|b| format!("{b:02x}")).collect()).unwrap_or_default(),
                 payload_size: flow.snapshot.payload_size,
                 duration_s: duration,
                 goodput_bps: match (io.delivered_at_deadline, &flow.spec.workload) {

@@ -1,11 +1,49 @@
 //! The foundation's acceptance figures, checked on every `make test`.
 
+use fencepost_proto::ProtectionConfig;
 use fencepost_sim::{run, Scenario};
 
 fn scenario(extra: &[(&str, &str)]) -> Scenario {
     let mut options = vec![("bytes", "1000000"), ("loss", "30%"), ("delay", "10ms"), ("rate", "50mbit")];
     options.extend_from_slice(extra);
     Scenario::from_options(options).unwrap()
+}
+
+/// The simulator models the AEAD by default (`real-cipher` false): a run with the cipher
+/// doing its work reports exactly the same, byte for byte, except for the option itself.
+#[test]
+fn a_modelled_cipher_changes_nothing_a_run_reports() {
+    let cases: [&[(&str, &str)]; 3] = [
+        &[("bytes", "2MB"), ("rate", "20mbit"), ("delay", "15ms"), ("jitter", "4ms"), ("loss", "5%"), ("dup", "1%"), ("corrupt", "1%")],
+        &[("bytes", "1MB"), ("flows", "2"), ("rate", "10mbit"), ("delay", "10ms"), ("loss", "2%"), ("cc", "cubic"), ("cipher", "chacha20-poly1305")],
+        &[("workload", "echo"), ("rate", "5mbit"), ("delay", "10ms"), ("loss", "3%")],
+    ];
+    for case in cases {
+        let report = |real: &str| {
+            let mut options = case.to_vec();
+            options.push(("real-cipher", real));
+            let scenario = Scenario::from_options(options).unwrap();
+            // The option reaches every flow's transport (else the comparison would prove nothing).
+            for flow in &scenario.topology.flows {
+                let ProtectionConfig::Noise(noise) = &flow.transport.protection else { panic!("protected by default") };
+                assert_eq!(noise.model_aead, real == "false");
+            }
+            let mut report = run(scenario);
+            assert!(report.integrity_ok, "{}", report.to_json());
+            assert_eq!(report.options.remove("real-cipher").as_deref(), Some(real));
+            report.to_json()
+        };
+        assert_eq!(report("false"), report("true"), "{case:?}");
+    }
+    let plaintext = Scenario::from_options([("insecure", "true"), ("real-cipher", "true")]).unwrap_err();
+    assert_eq!(plaintext.option, "real-cipher");
+}
+
+/// The simulator's datagram buffers hold a handshake even when the payload is tiny.
+#[test]
+fn a_transfer_in_the_smallest_packets_completes() {
+    let report = run(Scenario::from_options([("bytes", "20kB"), ("packet-size", "16"), ("delay", "5ms"), ("loss", "5%")]).unwrap());
+    assert!(report.integrity_ok && report.status == "ok", "{}", report.to_json());
 }
 
 #[test]

@@ -9,7 +9,7 @@ use crate::options::{self, default_of, fail, Command, Given, Kind, OptionError, 
 use crate::transport::{describe_cc, transport_config};
 use crate::units;
 use fencepost_link::LinkConfig;
-use fencepost_proto::{Duration, TransportConfig};
+use fencepost_proto::{Duration, ProtectionConfig, TransportConfig};
 use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
 
@@ -273,7 +273,14 @@ fn flow_lookup(given: &Given, flow: usize, flows: usize) -> Result<BTreeMap<&'st
 
 fn build_flow(values: &BTreeMap<&'static str, &str>, from: usize, to: usize) -> Result<FlowSpec, OptionError> {
     let get = |k: &str| values.get(k).copied();
-    let transport = transport_config(get)?;
+    let mut transport = transport_config(get)?;
+    // The simulator models the AEAD (same packets, same sizes, no cipher work) unless asked to run it.
+    let real_cipher = get("real-cipher").filter(|s| !s.is_empty()).map(units::parse_switch).transpose().map_err(|e| fail("real-cipher", e))?;
+    match &mut transport.protection {
+        ProtectionConfig::Noise(noise) => noise.model_aead = !real_cipher.unwrap_or(false),
+        _ if real_cipher == Some(true) => return Err(fail("real-cipher", "needs packet protection, and this flow's packets are plaintext (--insecure or the seed profile)")),
+        _ => {}
+    }
     let workload = Workload::from_options(&get)?;
     let start = Duration::from_micros(units::parse_duration(get("start").unwrap_or("0")).map_err(|e| fail("start", e))?);
     Ok(FlowSpec { from, to, transport, workload, start, path: Vec::new(), return_path: Vec::new() })
