@@ -25,7 +25,7 @@ use crate::time::{Duration, Instant};
 use crate::timer::{Timer, TimerTable};
 use crate::trace::{LossTrigger, TraceEvent};
 use crate::fec;
-use crate::wire::{self, Ack, Body, Close, Feedback, Handshake, HandshakePhase, Header, Keepalive, Packet, PacketType, Repair, Reset, ResetReason, SecureHandshake, StatelessReset};
+use crate::wire::{self, Ack, AckFrequency, Body, Close, Feedback, Handshake, HandshakePhase, Header, Keepalive, Packet, PacketType, Repair, Reset, ResetReason, SecureHandshake, StatelessReset};
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
@@ -369,6 +369,13 @@ pub struct Connection {
     last_ride: Option<Instant>,
     /// Losses already told to the redundancy stage.
     losses_reported: u64,
+    /// Ack frequency, data sender's side: the packets per ack last asked of the peer (its
+    /// own `ack_every` until asked), the number of the next request, and a request to send.
+    ack_frequency_asked: u16,
+    ack_frequency_next: u32,
+    ack_frequency_due: Option<u16>,
+    /// Data receiver's side: the peer's latest request (its number, packets per ack).
+    peer_ack_frequency: Option<(u32, u16)>,
 }
 
 /// Data packets between two feedback packets to a peer that sends repairs, while packets go missing.
@@ -382,6 +389,21 @@ const FEC_DECODER_KEEP: usize = 512;
 const FEC_KEEP_AT_START: u64 = 128;
 /// Source packets kept after the latest repair.
 const FEC_KEEP_AFTER: u64 = 1024;
+/// A fast data sender asks for an ack per this share of the packets in flight: eight acks
+/// per flight keep the window moving and the rate sampled.
+const ACK_FREQUENCY_SHARE: u64 = 8;
+/// The most packets per ack a sender asks for: at 32, tolerant took 4 % longer over a clean
+/// simulated 1 Gbit/s, 10 ms path; at 16 it takes as long as with an ack per two packets.
+const ACK_FREQUENCY_MAX: u64 = 16;
+/// Packets per second (a flight over the RTT) from which a sender asks for fewer acks:
+/// about 600 Mbit/s of full-sized packets, where an ack per two packets is 25,000 a second.
+const ACK_FREQUENCY_MIN_RATE: u64 = 50_000;
+
+/// Whether an ack-frequency request numbered `sequence` is newer than the latest taken:
+/// requests may arrive out of order, and numbers compare in serial-number order (they wrap).
+fn newer_request(latest: Option<u32>, sequence: u32) -> bool {
+    latest.is_none_or(|latest| (sequence.wrapping_sub(latest) as i32) > 0)
+}
 
 impl fmt::Debug for Connection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -478,6 +500,10 @@ impl Connection {
             feedback_missing_at: 0,
             last_ride: None,
             losses_reported: 0,
+            ack_frequency_asked: u16::try_from(config.ack_every).unwrap_or(u16::MAX),
+            ack_frequency_next: 0,
+            ack_frequency_due: None,
+            peer_ack_frequency: None,
             config,
         }
     }
@@ -665,7 +691,7 @@ impl Connection {
     /// Something is due to be sent at once (an ack, a handshake, a probe): a driver
     /// that sleeps between inputs should call `poll_transmit` now.
     pub fn wants_transmit(&self) -> bool {
-        self.ack_now || self.handshake_due || self.keepalive_due || self.reset_due.is_some() || self.redundancy.has_repair()
+        self.ack_now || self.handshake_due || self.keepalive_due || self.reset_due.is_some() || self.redundancy.has_repair() || self.ack_frequency_due.is_some()
     }
 
     /// An ack is due at once (one for the peer's FIN among them): the next `poll_transmit`
@@ -938,6 +964,14 @@ impl Connection {
                 self.confirm_server(now);
                 self.trace_received(now, PacketType::Ack, None, datagram.len());
                 self.on_ack(now, &ack);
+                self.plan_ack_frequency();
+            }
+            Body::AckFrequency(request) => {
+                self.confirm_server(now);
+                self.trace_received(now, PacketType::AckFrequency, None, datagram.len());
+                if newer_request(self.peer_ack_frequency.map(|(latest, _)| latest), request.sequence) {
+                    self.peer_ack_frequency = Some((request.sequence, request.packets));
+                }
             }
             Body::Keepalive(k) => {
                 self.confirm_server(now);
@@ -1203,6 +1237,14 @@ impl Connection {
         }
         if self.ack_now {
             return self.emit_ack(now, buf);
+        }
+        if let Some(packets) = self.ack_frequency_due.take() {
+            self.ack_frequency_asked = packets;
+            let sequence = self.ack_frequency_next;
+            self.ack_frequency_next = sequence.wrapping_add(1);
+            let packet = Packet { dst_cid: self.peer_cid, body: Body::AckFrequency(AckFrequency { sequence, packets }) };
+            self.stats.ack_frequency_requests_sent += 1;
+            return self.emit(now, &packet, buf, None, false);
         }
         // Feedback rides behind an ack or a data packet written in this same round (the
         // driver's `now` is the round's): sent on its own, as soon as a packet made it due,
@@ -1885,6 +1927,28 @@ impl Connection {
         self.emit_segment_stamped(now, seq, buf, 0)
     }
 
+    /// Data sender's side of ack frequency, after each ack. Where packets leave fast enough
+    /// for acks to cost real CPU (a flight of at least [`ACK_FREQUENCY_MIN_RATE`] packets per
+    /// second of RTT), asks the peer for an ack per [`ACK_FREQUENCY_SHARE`] of the packets in
+    /// flight (at most [`ACK_FREQUENCY_MAX`]); elsewhere for `ack_every`, which paces the
+    /// controllers' rate samples best (fewer acks on a 100 Mbit/s path cost bbr and
+    /// tolerant 2-5 % of their goodput in simulation). Asks again only when the figure
+    /// doubles or halves, so a request goes out a few times a connection, not per ack.
+    /// Holes, reordering and the FIN are acked at once whatever was asked.
+    fn plan_ack_frequency(&mut self) {
+        if self.config.send_policy != SendPolicy::Continuous || self.state != State::Established || !self.rtt.has_sample() {
+            return;
+        }
+        let in_flight = self.disassembler.bytes_in_flight() / self.config.max_datagram().max(1) as u64;
+        let floor = u64::from(self.config.ack_every.max(1));
+        let fast = in_flight * 1_000_000 >= ACK_FREQUENCY_MIN_RATE * self.rtt.get().total_micros().max(1);
+        let want = if fast { (in_flight / ACK_FREQUENCY_SHARE).clamp(floor, ACK_FREQUENCY_MAX.max(floor)) } else { floor } as u16;
+        let asked = self.ack_frequency_due.unwrap_or(self.ack_frequency_asked);
+        if want >= asked.saturating_mul(2) || want <= asked / 2 {
+            self.ack_frequency_due = Some(want);
+        }
+    }
+
     /// The peer's packets alternate with ours and nothing of ours waits to be sent: a
     /// request/reply exchange, where an ack can ride behind our next data packet.
     fn exchange_alternates(&self) -> bool {
@@ -1901,7 +1965,8 @@ impl Connection {
     /// [`ALTERNATING_ACK_STRETCH`]; until then the ack timer (`max_ack_delay`) bounds it as
     /// it bounds any ack. On a path whose RTT exceeds `max_ack_delay`, `ack_every`.
     fn ack_every_now(&self) -> u32 {
-        let every = self.config.ack_every;
+        // What the peer asked for, if it did (see `plan_ack_frequency`); else our own setting.
+        let every = self.peer_ack_frequency.map_or(self.config.ack_every, |(_, packets)| u32::from(packets));
         if self.config.ack_coalesce == Duration::ZERO || !self.exchange_alternates() || !self.rtt.has_sample() {
             return every;
         }
@@ -2219,6 +2284,14 @@ fn read_server_parameters(p: &[u8]) -> Option<(u32, u16, u32, u8, [u8; RESET_TOK
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn only_a_newer_ack_frequency_request_counts_even_across_the_wrap() {
+        assert!(super::newer_request(None, 0), "the first request");
+        assert!(super::newer_request(Some(3), 4) && !super::newer_request(Some(4), 3), "a late request is ignored");
+        assert!(!super::newer_request(Some(4), 4), "a copy is ignored");
+        assert!(super::newer_request(Some(u32::MAX), 0) && !super::newer_request(Some(0), u32::MAX), "numbers wrap");
+    }
     use super::*;
 
     #[test]

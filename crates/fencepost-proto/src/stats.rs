@@ -17,6 +17,8 @@ pub struct ConnectionStats {
     pub redundant_packets_sent: u64,
     /// Feedback packets sent to a peer that sends repairs.
     pub feedback_sent: u64,
+    /// Requests for an ack frequency sent to the peer (a data sender's, when its flight grows or shrinks).
+    pub ack_frequency_requests_sent: u64,
 
     pub packets_received: u64,
     pub bytes_received: u64,

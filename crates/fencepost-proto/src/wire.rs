@@ -35,6 +35,8 @@ pub const KEEPALIVE_LEN: usize = HEADER_LEN + 4;
 pub const REPAIR_OVERHEAD: usize = HEADER_LEN + 7;
 /// Header + packets expected (8) + packets missing (8).
 pub const FEEDBACK_LEN: usize = HEADER_LEN + 16;
+/// Header + sequence number of the request (4) + packets per ack (2).
+pub const ACK_FREQUENCY_LEN: usize = HEADER_LEN + 6;
 /// Smallest payload a peer may announce; below it a data packet is mostly header.
 pub const MIN_PAYLOAD: u16 = 16;
 
@@ -54,6 +56,8 @@ pub enum PacketType {
     Repair = 8,
     /// The receiver's account of what it missed, for a sender that adapts its redundancy.
     Feedback = 9,
+    /// A sender's request for how often the peer acks its data.
+    AckFrequency = 10,
 }
 
 impl PacketType {
@@ -68,6 +72,7 @@ impl PacketType {
             7 => PacketType::StatelessReset,
             8 => PacketType::Repair,
             9 => PacketType::Feedback,
+            10 => PacketType::AckFrequency,
             _ => return None,
         })
     }
@@ -240,6 +245,16 @@ pub struct Feedback {
     pub missing: u64,
 }
 
+/// A data sender asks its peer to ack once per `packets` ack-eliciting packets (holes,
+/// reordering and the end of the stream are still acked at once, and no ack waits longer
+/// than the peer's maximum ack delay). Requests are numbered so that a late one does not
+/// undo a newer one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AckFrequency {
+    pub sequence: u32,
+    pub packets: u16,
+}
+
 /// Proves liveness when there is nothing else to send; the peer answers with an ack.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Keepalive {
@@ -256,6 +271,7 @@ pub enum Body<'a> {
     Keepalive(Keepalive),
     Repair(Repair<'a>),
     Feedback(Feedback),
+    AckFrequency(AckFrequency),
 }
 
 /// One parsed packet. Borrowing from the datagram keeps parsing allocation-free.
@@ -383,6 +399,15 @@ impl<'a> Packet<'a> {
                 }
                 Body::Feedback(feedback)
             }
+            PacketType::AckFrequency => {
+                r.need(ACK_FREQUENCY_LEN - HEADER_LEN)?;
+                let request = AckFrequency { sequence: r.u32(), packets: r.u16() };
+                r.finish()?;
+                if request.packets == 0 {
+                    return Err(DecodeError::InvalidField("packets"));
+                }
+                Body::AckFrequency(request)
+            }
             PacketType::StatelessReset => unreachable!("Header::peek refuses type 7 in version 1"),
         };
         if header.dst_cid == 0 && !matches!(body, Body::Handshake(_)) {
@@ -401,6 +426,7 @@ impl<'a> Packet<'a> {
             Body::Keepalive(_) => PacketType::Keepalive,
             Body::Repair(_) => PacketType::Repair,
             Body::Feedback(_) => PacketType::Feedback,
+            Body::AckFrequency(_) => PacketType::AckFrequency,
         }
     }
 
@@ -414,6 +440,7 @@ impl<'a> Packet<'a> {
             Body::Keepalive(_) => KEEPALIVE_LEN,
             Body::Repair(r) => REPAIR_OVERHEAD + r.symbol.len(),
             Body::Feedback(_) => FEEDBACK_LEN,
+            Body::AckFrequency(_) => ACK_FREQUENCY_LEN,
         }
     }
 
@@ -467,6 +494,10 @@ impl<'a> Packet<'a> {
             Body::Feedback(f) => {
                 w.u64(f.expected);
                 w.u64(f.missing);
+            }
+            Body::AckFrequency(a) => {
+                w.u32(a.sequence);
+                w.u16(a.packets);
             }
         }
         debug_assert_eq!(w.pos, len);
@@ -805,6 +836,7 @@ mod tests {
         ("keepalive", "01 06 0a0b0c0d 00002710"),
         ("repair", "01 08 11223344 02 00000007 10 03 a1b2c3"),
         ("feedback", "01 09 0a0b0c0d 0000000000000080 0000000000000009"),
+        ("ack-frequency", "01 0a 11223344 00000003 0010"),
     ];
 
     fn vector(name: &str) -> &'static str {
@@ -881,6 +913,10 @@ mod tests {
         roundtrip(Packet { dst_cid: 0x0a0b0c0d, body: Body::Feedback(Feedback { expected: 128, missing: 9 }) }, vector("feedback"));
         assert_eq!(Packet::parse(&hex("01 08 11223344 02 00000007 00 03 a1")), Err(DecodeError::InvalidField("span")));
         assert_eq!(Packet::parse(&hex("01 09 0a0b0c0d 0000000000000001 0000000000000002")), Err(DecodeError::InvalidField("missing")));
+        roundtrip(Packet { dst_cid: 0x11223344, body: Body::AckFrequency(AckFrequency { sequence: 3, packets: 16 }) }, vector("ack-frequency"));
+        assert_eq!(Packet::parse(&hex("01 0a 11223344 00000003 0000")), Err(DecodeError::InvalidField("packets")));
+        assert!(Packet::parse(&hex("01 0a 11223344 00000003 00")).is_err(), "truncated");
+        assert!(Packet::parse(&hex("01 0a 11223344 00000003 0010 00")).is_err(), "trailing byte");
     }
 
     #[test]
@@ -935,7 +971,7 @@ mod tests {
     fn malformed_packets_are_typed_errors() {
         assert_eq!(Packet::parse(&[]), Err(DecodeError::Truncated { needed: 6, got: 0 }));
         assert_eq!(Packet::parse(&hex("02 02 00000001 00000000 00000000")), Err(DecodeError::UnsupportedVersion(2)));
-        assert_eq!(Packet::parse(&hex("01 0a 00000001")), Err(DecodeError::UnknownType(10)));
+        assert_eq!(Packet::parse(&hex("01 0b 00000001")), Err(DecodeError::UnknownType(11)));
         // A data packet with the connection id 0 is never valid.
         assert_eq!(
             Packet::parse(&hex("01 02 00000000 00000000 00000000")),

@@ -7,7 +7,8 @@ use std::time::Instant;
 
 fn main() {
     let bytes = std::env::args().nth(1).unwrap_or_else(|| "100MB".to_string());
-    // Further arguments are scenario options, name=value, added to every run (e.g. insecure=true).
+    // Further arguments are scenario options, name=value, for every run (e.g. insecure=true); they
+    // replace the bench's own of the same name.
     let mut extra: Vec<(String, String)> = std::env::args()
         .skip(2)
         .map(|arg| match arg.split_once('=') {
@@ -37,6 +38,8 @@ fn main() {
             ("cc", cc),
             ("seed", "1"),
         ];
+        // A given option replaces the bench's own (seed=2, loss=5%, ...).
+        options.retain(|(name, _)| !extra.iter().any(|(given, _)| given == name));
         options.extend(extra.iter().map(|(n, v)| (n.as_str(), v.as_str())));
         let scenario = match Scenario::from_options(options) {
             Ok(scenario) => scenario,
