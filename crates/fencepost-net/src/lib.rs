@@ -315,6 +315,11 @@ impl Shared {
     /// Binds `addr` and builds the endpoint's state (no driver yet); returns the socket the
     /// driver is to read.
     fn bind(addr: SocketAddr, config: EndpointConfig) -> Result<(Arc<Shared>, std::net::UdpSocket), NetError> {
+        if matches!(&config.transport.protection, fencepost_proto::ProtectionConfig::Noise(noise) if noise.model_aead) {
+            // A simulator's shortcut: on a socket it would send everything in clear, unauthenticated.
+            let why = "NoiseConfig::model_aead is for simulations only: its packets are neither encrypted nor authenticated";
+            return Err(NetError::Io(io::Error::new(io::ErrorKind::InvalidInput, why)));
+        }
         let std_socket = std::net::UdpSocket::bind(addr).map_err(|source| NetError::Bind { addr, source })?;
         std_socket.set_nonblocking(true).map_err(NetError::Io)?;
         let udp = quinn_udp::UdpSocketState::new((&std_socket).into()).map_err(NetError::Io)?;

@@ -218,6 +218,15 @@ async fn clear_errors_for_unreachable_peers_and_busy_ports() {
     let taken = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let err = Endpoint::bind(taken.local_addr().unwrap(), EndpointConfig::server(TransportConfig::default())).await.err().unwrap();
     assert!(err.to_string().contains("already in use"), "{err}");
+    // The simulator's modelled cipher never reaches a socket.
+    let mut modelled = TransportConfig::default();
+    if let fencepost_proto::ProtectionConfig::Noise(noise) = &mut modelled.protection {
+        noise.model_aead = true;
+    }
+    let err = Endpoint::bind(localhost(), EndpointConfig::server(modelled.clone())).await.err().unwrap();
+    assert!(err.to_string().contains("simulations only"), "{err}");
+    let err = fencepost_net::blocking::Endpoint::bind(localhost(), EndpointConfig::client(modelled)).err().unwrap();
+    assert!(err.to_string().contains("simulations only"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
