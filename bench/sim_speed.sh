@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Simulated seconds per wall-clock second for a 100 MB bulk transfer over
 # 100 Mbit/s, 20 ms, 1 % loss. Target (issue 12): at least 150x for the controllers
-# that fill the link; measured 54-76x on a quiet machine (2026-11-24; 47-53x with real-cipher=true).
+# that fill the link; measured 70-88x on a quiet machine (2026-11-24; 50-55x with real-cipher=true).
 # Usage: bash bench/sim_speed.sh [BYTES] [OPTION=VALUE ...], e.g. 100MB cc=bbr real-cipher=true
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -376,14 +376,20 @@ impl<P: Clone> Link<P> {
         self.restart_service(now);
     }
 
-    /// From `now` on, packets entering meet this loss model.
-    pub fn set_loss(&mut self, loss: LossModel) {
+    /// From `now` on, packets entering meet this loss model (and, with loss after the
+    /// bottleneck, packets leaving it).
+    pub fn set_loss(&mut self, now: Micros, loss: LossModel) {
+        // Packets that left the bottleneck before `now` met the old model (the bottleneck
+        // runs lazily: see `poll_timeout`).
+        self.advance(now.saturating_sub(1));
         self.config.loss = loss;
         self.bad_state = false;
     }
 
-    /// Packets leaving the bottleneck from now on get this propagation delay.
-    pub fn set_delay(&mut self, delay: Micros) {
+    /// Packets leaving the bottleneck from `now` on get this propagation delay.
+    pub fn set_delay(&mut self, now: Micros, delay: Micros) {
+        // Packets that left before `now` keep the old delay (the bottleneck runs lazily).
+        self.advance(now.saturating_sub(1));
         self.config.delay = delay;
     }
 
@@ -653,20 +659,36 @@ impl<P: Clone> Link<P> {
         None
     }
 
-    /// When something next happens on this link (a delivery or the bottleneck moving).
+    /// When a packet may next be delivered: the first on the wire, or the earliest a packet
+    /// leaving the bottleneck could arrive. The bottleneck itself runs lazily (every call that
+    /// reads or changes the link first brings it up to the time given, each packet leaving at
+    /// its exact time), so a driver need not wake when a packet only moves from the
+    /// bottleneck onto the wire: a simulator saved a step per packet.
     pub fn poll_timeout(&self) -> Option<Micros> {
         let wire = self.wire.peek().map(|Reverse(p)| p.at);
-        let bottleneck = match &self.bottleneck {
+        let leaves = match &self.bottleneck {
             Bottleneck::Unlimited => None,
             Bottleneck::Rate { current, .. } => current.as_ref().map(|(_, done)| *done),
             Bottleneck::Trace { trace, next, base, current } => {
                 (current.is_some() || !self.queue.is_empty()).then(|| *base + trace.times_ms()[*next] * 1000)
             }
         };
+        let bottleneck = leaves.map(|left| left + self.shortest_delay());
         match (wire, bottleneck) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
+    }
+
+    /// The least propagation delay a packet can get: the delay less the largest variation
+    /// jitter can draw (uniform: one `jitter`; normal: four, where draws are cut off).
+    fn shortest_delay(&self) -> Micros {
+        let spread = match self.config.jitter_distribution {
+            JitterDistribution::Uniform => self.config.jitter,
+            JitterDistribution::Normal => 4 * self.config.jitter,
+        };
+        // One more for the rounding of the drawn variation.
+        self.config.delay.saturating_sub(spread + u64::from(self.config.jitter > 0))
     }
 
     /// Nothing queued, being carried or on the wire.
@@ -785,8 +807,8 @@ mod tests {
         // 30 ms at 1 Mbit/s plus 10 ms at 10 Mbit/s.
         let capacity = link.capacity_bytes(40_000).unwrap();
         assert!((capacity - (3_750.0 + 12_500.0)).abs() < 1e-6, "{capacity}");
-        link.set_delay(5_000);
-        link.set_loss(LossModel::Bernoulli(1.0));
+        link.set_delay(50_000, 5_000);
+        link.set_loss(50_000, LossModel::Bernoulli(1.0));
         link.enqueue(50_000, 3, 125);
         assert_eq!(link.stats().lost, 1);
         // Sojourn from entering the link to leaving the bottleneck: 1 ms for the slow-rate packets,
@@ -797,6 +819,37 @@ mod tests {
         assert!((194..=206).contains(&link.queue_delay().quantile(0.5).unwrap()));
         assert_eq!(link.queue_delay().quantile(1.0), Some(1_000));
         assert_eq!(Link::<u64>::new(LinkConfig::default(), 1, 0).capacity_bytes(1_000), None);
+    }
+
+    #[test]
+    fn the_bottleneck_runs_lazily_and_the_next_wake_up_is_the_earliest_arrival() {
+        // 1 Mbit/s: a 125-byte packet takes 1 ms; 10 ms of delay, uniform jitter of 2 ms.
+        let config = LinkConfig { delay: 10_000, jitter: 2_000, bandwidth: Bandwidth::Rate(1_000_000), ..Default::default() };
+        let mut link = Link::new(config, 7, 0);
+        link.enqueue(0, 1, 125);
+        link.enqueue(0, 2, 125);
+        // Not when the first packet leaves the bottleneck (1 ms) but the earliest it can arrive:
+        // 1 ms + 10 ms - 2 ms of jitter - 1 us for rounding.
+        assert_eq!(link.poll_timeout(), Some(8_999));
+        let got = drain(&mut link, u64::MAX);
+        assert_eq!(got.iter().map(|&(_, p)| p).collect::<Vec<_>>(), vec![1, 2]);
+        assert!((9_000..=13_000).contains(&got[0].0) && (10_000..=14_000).contains(&got[1].0), "{got:?}");
+        // A change of delay applies to packets leaving from its time, though nothing ran the
+        // bottleneck in between: the first left at 101 ms, the second leaves at 102 ms.
+        let config = LinkConfig { delay: 1_000, bandwidth: Bandwidth::Rate(1_000_000), ..Default::default() };
+        let mut link = Link::new(config, 7, 0);
+        link.enqueue(100_000, 1, 125);
+        link.enqueue(100_000, 2, 125);
+        link.set_delay(101_500, 10_000);
+        assert_eq!(drain(&mut link, u64::MAX), vec![(102_000, 1), (112_000, 2)]);
+        // The same for loss after the bottleneck.
+        let config = LinkConfig { bandwidth: Bandwidth::Rate(1_000_000), loss_position: LossPosition::AfterBottleneck, ..Default::default() };
+        let mut link = Link::new(config, 7, 0);
+        link.enqueue(0, 1, 125);
+        link.enqueue(0, 2, 125);
+        link.set_loss(1_500, LossModel::Bernoulli(1.0));
+        assert_eq!(drain(&mut link, u64::MAX), vec![(1_000, 1)]);
+        assert_eq!(link.stats().lost, 1);
     }
 
     #[test]

@@ -409,8 +409,8 @@ impl Simulation {
                 match &event.action {
                     LinkAction::Blackout(d) => channel.link.blackout(t, t + d.total_micros()),
                     LinkAction::Rate(bps) => channel.link.set_bandwidth(t, Bandwidth::Rate(*bps)),
-                    LinkAction::Loss(p) => channel.link.set_loss(if *p > 0.0 { LossModel::Bernoulli(*p) } else { LossModel::None }),
-                    LinkAction::Delay(d) => channel.link.set_delay(d.total_micros()),
+                    LinkAction::Loss(p) => channel.link.set_loss(t, if *p > 0.0 { LossModel::Bernoulli(*p) } else { LossModel::None }),
+                    LinkAction::Delay(d) => channel.link.set_delay(t, d.total_micros()),
                 }
                 channel.applied.push(format!("at {:.3} s: {}", event.at.as_secs_f64(), event.action.describe()));
             }

@@ -196,7 +196,7 @@ pub static OPTIONS: &[OptionSpec] = &[
     }),
     per_flow(option("real-cipher", Scope::Transport, Kind::Switch, "BOOL", "false",
         "run the AEAD on every simulated packet; by default the simulator keeps its packet numbers, tags and sizes but skips the cipher's work \
-         (virtual time never counted it: the run's results are the same, in about half the wall-clock time)", SIMULATED)),
+         (virtual time never counted it: the run's results are the same, in about two thirds of the wall-clock time)", SIMULATED)),
     option("key", Scope::Transport, Kind::Path, "FILE", "",
         "the server's private key, a file written by `fencepost keygen` (default: a new key at each start, its public half printed)", &[Serve]),
     option("peer-key", Scope::Transport, Kind::Spec, "KEY", "",
