@@ -688,6 +688,11 @@ impl Connection {
     pub fn readable_len(&self) -> usize {
         self.assembler.readable_len()
     }
+    /// The peer finished its stream (its FIN and everything before it arrived): once what is
+    /// readable has been read, a read returns `Ok(0)`.
+    pub fn peer_finished(&self) -> bool {
+        self.assembler.is_finished()
+    }
     /// Something is due to be sent at once (an ack, a handshake, a probe): a driver
     /// that sleeps between inputs should call `poll_transmit` now.
     pub fn wants_transmit(&self) -> bool {

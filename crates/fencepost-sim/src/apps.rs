@@ -76,6 +76,13 @@ pub trait ClientApp: Send {
 /// The application that accepted the connection.
 pub trait ServerApp: Send {
     fn run(&mut self, now: Instant, conn: &mut Connection, io: &mut FlowIo);
+    /// Whether `run` could do anything now. Running reaches the connection mutably, which
+    /// makes its endpoint look it over again (timers, sending): a simulator step per
+    /// packet saves that where the application has nothing to do.
+    fn has_work(&self, conn: &Connection) -> bool {
+        let _ = conn;
+        true
+    }
 }
 
 /// Regenerates what the receiving application must see, to catch a wrong byte the moment it is read.
@@ -391,6 +398,11 @@ impl ServerApp for Sink {
     fn run(&mut self, now: Instant, conn: &mut Connection, io: &mut FlowIo) {
         let eof = sink_reads(conn, io, |_, _| {});
         sink_finish(&mut self.closed, now, conn, io, eof);
+    }
+
+    /// Something to read, or the stream's end to act on once.
+    fn has_work(&self, conn: &Connection) -> bool {
+        conn.readable_len() > 0 || (conn.peer_finished() && !self.closed)
     }
 }
 

@@ -504,7 +504,8 @@ impl Simulation {
                 flow.take_snapshot();
             }
             let was_complete = flow.io.completed_at.is_some();
-            if let Some(conn) = flow.server_conn.and_then(|h| flow.server.connection_mut(h)) {
+            let server_has_work = flow.server_conn.and_then(|h| flow.server.connection(h)).is_some_and(|c| flow.server_app.has_work(c));
+            if let Some(conn) = flow.server_conn.filter(|_| server_has_work).and_then(|h| flow.server.connection_mut(h)) {
                 flow.server_app.run(now, conn, &mut flow.io);
             }
             if !was_complete && flow.io.completed_at.is_some() {
