@@ -685,6 +685,12 @@ impl Connection {
     pub fn send_capacity(&self) -> usize {
         if self.disassembler.fin_requested() { 0 } else { self.disassembler.free_space() }
     }
+    /// How many bytes a `write` would take now: [`Connection::send_capacity`] under the
+    /// unsent limit of this moment (a write recomputes it; the stored one dates from the
+    /// last write or ack).
+    pub fn write_room(&self) -> usize {
+        if self.disassembler.fin_requested() { 0 } else { self.disassembler.free_space_under(self.unsent_limit()) }
+    }
     pub fn readable_len(&self) -> usize {
         self.assembler.readable_len()
     }

@@ -186,8 +186,12 @@ impl Disassembler {
     }
     /// Room left in the send buffer: its capacity, and at most the unsent limit less what is unsent.
     pub fn free_space(&self) -> usize {
+        self.free_space_under(self.unsent_limit)
+    }
+    /// [`Disassembler::free_space`] were the unsent limit `unsent_limit`.
+    pub fn free_space_under(&self, unsent_limit: usize) -> usize {
         let unsent = usize::try_from(self.unsent_bytes()).unwrap_or(usize::MAX);
-        self.capacity.saturating_sub(self.stream.len()).min(self.unsent_limit.saturating_sub(unsent))
+        self.capacity.saturating_sub(self.stream.len()).min(unsent_limit.saturating_sub(unsent))
     }
 
     /// Bytes written and not yet sent that the buffer takes (the rest of the capacity

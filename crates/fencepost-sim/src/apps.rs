@@ -71,6 +71,11 @@ pub trait ClientApp: Send {
     fn run(&mut self, now: Instant, conn: &mut Connection, io: &mut FlowIo);
     /// When it next wants to run even if nothing arrives (a timer of its own).
     fn wakeup(&self) -> Option<Instant>;
+    /// Whether `run` could do anything at `now` (see [`ServerApp::has_work`]).
+    fn has_work(&self, now: Instant, conn: &Connection) -> bool {
+        let _ = (now, conn);
+        true
+    }
 }
 
 /// The application that accepted the connection.
@@ -238,6 +243,11 @@ impl ClientApp for BulkSender {
 
     fn wakeup(&self) -> Option<Instant> {
         self.write_until.filter(|_| !self.closed)
+    }
+
+    /// Room to write, or the end of the writing to act on once.
+    fn has_work(&self, now: Instant, conn: &Connection) -> bool {
+        !self.closed && (self.remaining == 0 || self.write_until.is_some_and(|until| now >= until) || conn.write_room() > 0)
     }
 }
 

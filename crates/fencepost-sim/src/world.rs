@@ -497,7 +497,10 @@ impl Simulation {
                 flow.client_conn = Some(flow.client.connect(now, SERVER));
             }
             let was_complete = flow.io.completed_at.is_some();
-            if let Some(conn) = flow.client_conn.and_then(|h| flow.client.connection_mut(h)) {
+            // An application with nothing to do is not run: reaching the connection mutably
+            // makes the endpoint look it over again.
+            let client_has_work = flow.client_conn.and_then(|h| flow.client.connection(h)).is_some_and(|c| flow.client_app.has_work(now, c));
+            if let Some(conn) = flow.client_conn.filter(|_| client_has_work).and_then(|h| flow.client.connection_mut(h)) {
                 flow.client_app.run(now, conn, &mut flow.io);
             }
             if !was_complete && flow.io.completed_at.is_some() {
