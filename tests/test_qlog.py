@@ -81,3 +81,16 @@ def test_an_event_log_is_a_qlog_file(tmp_path):
     df = read_events(path)
     assert df.attrs["options"]["seed"] == "3"
     assert set(df[df["name"] == "transport:packet_sent"]["packet_type"]) >= {"handshake", "data"}
+
+
+def test_losses_after_the_bottleneck_are_logged_in_time_order(tmp_path):
+    # Such a loss is drawn as the packet leaves the bottleneck, which the link runs lazily
+    # unless it records events: the log must still be in time order.
+    path = tmp_path / "after.sqlog"
+    result = sim.run(events=str(path), bytes="300kB", loss="5%", loss_position="after", delay="20ms", jitter="5ms", rate="5mbit", seed=4)
+    assert result.integrity_ok
+    _, *events = _records(path.read_bytes())
+    time = 0.0
+    for event in events:
+        time = _check_event(event, time)
+    assert any(e["name"] == "link:packet_dropped" and e["data"]["trigger"] == "random_loss" for e in events)

@@ -663,7 +663,10 @@ impl<P: Clone> Link<P> {
     /// leaving the bottleneck could arrive. The bottleneck itself runs lazily (every call that
     /// reads or changes the link first brings it up to the time given, each packet leaving at
     /// its exact time), so a driver need not wake when a packet only moves from the
-    /// bottleneck onto the wire: a simulator saved a step per packet.
+    /// bottleneck onto the wire: a simulator saved a step per packet. While events are
+    /// recorded ([`Link::observe`]) it is the time the next packet leaves the bottleneck, so
+    /// that what happens there (a departure, a loss after the bottleneck) is recorded in
+    /// time order with everything else.
     pub fn poll_timeout(&self) -> Option<Micros> {
         let wire = self.wire.peek().map(|Reverse(p)| p.at);
         let leaves = match &self.bottleneck {
@@ -673,7 +676,7 @@ impl<P: Clone> Link<P> {
                 (current.is_some() || !self.queue.is_empty()).then(|| *base + trace.times_ms()[*next] * 1000)
             }
         };
-        let bottleneck = leaves.map(|left| left + self.shortest_delay());
+        let bottleneck = if self.events.is_some() { leaves } else { leaves.map(|left| left + self.shortest_delay()) };
         match (wire, bottleneck) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -831,6 +834,10 @@ mod tests {
         // Not when the first packet leaves the bottleneck (1 ms) but the earliest it can arrive:
         // 1 ms + 10 ms - 2 ms of jitter - 1 us for rounding.
         assert_eq!(link.poll_timeout(), Some(8_999));
+        // Recording events, it wakes when the packet leaves, to record that in time order.
+        link.observe(true);
+        assert_eq!(link.poll_timeout(), Some(1_000));
+        link.observe(false);
         let got = drain(&mut link, u64::MAX);
         assert_eq!(got.iter().map(|&(_, p)| p).collect::<Vec<_>>(), vec![1, 2]);
         assert!((9_000..=13_000).contains(&got[0].0) && (10_000..=14_000).contains(&got[1].0), "{got:?}");

@@ -2295,15 +2295,15 @@ fn read_server_parameters(p: &[u8]) -> Option<(u32, u16, u32, u8, [u8; RESET_TOK
 
 #[cfg(test)]
 mod tests {
+    use super::*;
 
     #[test]
     fn only_a_newer_ack_frequency_request_counts_even_across_the_wrap() {
-        assert!(super::newer_request(None, 0), "the first request");
-        assert!(super::newer_request(Some(3), 4) && !super::newer_request(Some(4), 3), "a late request is ignored");
-        assert!(!super::newer_request(Some(4), 4), "a copy is ignored");
-        assert!(super::newer_request(Some(u32::MAX), 0) && !super::newer_request(Some(0), u32::MAX), "numbers wrap");
+        assert!(newer_request(None, 0), "the first request");
+        assert!(newer_request(Some(3), 4) && !newer_request(Some(4), 3), "a late request is ignored");
+        assert!(!newer_request(Some(4), 4), "a copy is ignored");
+        assert!(newer_request(Some(u32::MAX), 0) && !newer_request(Some(0), u32::MAX), "numbers wrap");
     }
-    use super::*;
 
     #[test]
     fn timeout_probes_grow_with_the_random_loss_the_controller_models() {
