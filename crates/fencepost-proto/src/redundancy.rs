@@ -566,6 +566,33 @@ mod tests {
     }
 
     #[test]
+    fn an_idle_window_before_the_first_packet_does_not_make_a_stream() {
+        let mut data = vec![0u8; crate::wire::DATA_OVERHEAD + 100];
+        data[0] = crate::wire::VERSION;
+        data[1] = crate::wire::PacketType::Data as u8;
+        let now = Instant::ZERO;
+        let repairs_after = |stage: &mut FecStage, packets: u64, first: u64| {
+            for seq in first..first + packets {
+                stage.on_data_packet(now, seq, false, &data);
+            }
+            let mut buf = [0u8; 2048];
+            std::iter::from_fn(|| stage.poll_repair(now, &mut buf)).count()
+        };
+        let RedundancyConfig::AdaptiveFec { budget, transfers } = RedundancyConfig::WHERE_IT_PAYS else { unreachable!() };
+        // The connection is up and the window open before the application's first write:
+        // a bulk transfer then fills the window and sends no repairs ...
+        let mut bulk = FecStage::adaptive(budget, transfers);
+        bulk.on_app_limited(now);
+        assert_eq!(repairs_after(&mut bulk, 30, 0), 0);
+        // ... while a flow that leaves the window unused after it has sent is a stream,
+        // protected until the path is measured.
+        let mut stream = FecStage::adaptive(budget, transfers);
+        assert_eq!(repairs_after(&mut stream, 1, 0), 0);
+        stream.on_app_limited(now);
+        assert_eq!(repairs_after(&mut stream, 30, 1), 30 / STREAM_PRIOR_EVERY as usize);
+    }
+
+    #[test]
     fn where_it_pays_leaves_a_transfer_alone_and_protects_what_the_application_limits() {
         let every = |a: &Adaptive| match a.code() {
             FecCode::Window { every, .. } => every,
