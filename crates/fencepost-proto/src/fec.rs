@@ -147,6 +147,8 @@ pub fn source_symbol(payload: &[u8], fin: bool) -> Vec<u8> {
 
 fn write_symbol(s: &mut Vec<u8>, payload: &[u8], fin: bool) {
     s.clear();
+    // One allocation for a fresh buffer, not a growth per push.
+    s.reserve(3 + payload.len());
     s.push(fin as u8);
     s.extend_from_slice(&(payload.len() as u16).to_be_bytes());
     s.extend_from_slice(payload);
