@@ -123,6 +123,8 @@ struct Flow {
     last_rx_server: Instant,
     /// Bytes delivered to the application at each `--series` boundary so far.
     series: Vec<u64>,
+    /// The propagation delays of the path there and back, without queueing or jitter.
+    round_trip: fencepost_proto::Duration,
 }
 
 impl Flow {
@@ -168,7 +170,18 @@ impl Flow {
                     ConnectionError::NoProgress { .. } => "stalled",
                     ConnectionError::Handshake(_) => "handshake",
                 };
-                return Some((status.to_string(), Some(format!("{who}: {error}"))));
+                let mut message = format!("{who}: {error}");
+                if let ConnectionError::TimedOut { idle } = error {
+                    if *idle <= self.round_trip {
+                        // The seed profile's 100 ms, on a path longer than the seed's LAN: no
+                        // reply can come in time, whatever the loss.
+                        message += &format!(
+                            " — the idle timeout is no longer than this path's round trip ({:.3} s without queueing): raise --idle-timeout",
+                            self.round_trip.as_secs_f64()
+                        );
+                    }
+                }
+                return Some((status.to_string(), Some(message)));
             }
         }
         let closed = |s: &Option<(State, Option<ConnectionError>)>| matches!(s, Some((State::Closed | State::Drained, _)));
@@ -239,6 +252,14 @@ impl Simulation {
                     last_rx_client: start,
                     last_rx_server: start,
                     series: Vec::new(),
+                    round_trip: {
+                        let delay = |hop: &Hop| {
+                            let link = &topology.links[hop.link];
+                            if hop.up { link.up.delay } else { link.down.delay }
+                        };
+                        let micros: u64 = spec.path.iter().chain(&spec.return_path).map(delay).sum();
+                        fencepost_proto::Duration::from_micros(micros)
+                    },
                     spec: spec.clone(),
                 }
             })

@@ -82,3 +82,22 @@ fn fence_sends_close_to_the_minimum_at_30_percent_loss_and_window_sends_more() {
         );
     }
 }
+
+/// The seed profile's 100 ms idle timeout on a path whose round trip is as long: the run
+/// ends in a timeout, and the error says why and what to change; on a shorter path, or
+/// with a longer timeout, the same transfer completes.
+#[test]
+fn an_idle_timeout_no_longer_than_the_round_trip_is_named_as_the_cause() {
+    let seed = |delay: &str, idle: Option<&str>| {
+        let mut options = vec![("bytes", "200KB"), ("rate", "10mbit"), ("delay", delay), ("loss", "10%"), ("profile", "seed")];
+        options.extend(idle.map(|i| ("idle-timeout", i)));
+        run(Scenario::from_options(options).unwrap())
+    };
+    let long = seed("50ms", None);
+    assert_eq!(long.status, "timeout", "{}", long.to_json());
+    let error = long.error.as_deref().unwrap_or_default();
+    assert!(error.contains("round trip (0.100 s without queueing): raise --idle-timeout"), "{error}");
+    for report in [seed("50ms", Some("2s")), seed("10ms", None)] {
+        assert!(report.integrity_ok && report.status == "ok", "{}", report.to_json());
+    }
+}
