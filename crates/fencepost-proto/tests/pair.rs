@@ -494,3 +494,35 @@ fn the_end_of_a_stream_at_heavy_loss_is_probed_in_copies_each_acked() {
     run_to_the_clients_next_timeout(&mut q);
     assert_eq!(q.client.stats().retransmissions - retransmissions, 1);
 }
+
+/// A client whose Initials are all lost tries again one RTO after each attempt, in more
+/// copies each time (1, 2, then 3), never waiting longer: at heavy loss the handshake is
+/// most of a short transfer's time, and backing off had doubled it.
+#[test]
+fn unanswered_handshakes_are_retried_every_rto_in_more_copies() {
+    let lost = std::rc::Rc::new(std::cell::Cell::new(true));
+    let mut p = Pair::new(fast_config(), fast_config());
+    let blackhole = lost.clone();
+    p.drop = Box::new(move |to_server, ty, _, _| to_server && ty == PacketType::Handshake && blackhole.get());
+    // (when, copies) of each attempt, watched millisecond by millisecond.
+    let mut attempts: Vec<(u64, u64)> = Vec::new();
+    let mut sent = 0;
+    for ms in 1..=2_500 {
+        p.run_until(at(ms));
+        let now = p.client.stats().handshakes_sent;
+        if now > sent {
+            attempts.push((ms, now - sent));
+            sent = now;
+        }
+    }
+    let copies: Vec<u64> = attempts.iter().map(|a| a.1).collect();
+    assert_eq!(&copies[..4], &[1, 2, 3, 3], "{attempts:?}");
+    let gaps: Vec<u64> = attempts.windows(2).map(|w| w[1].0 - w[0].0).collect();
+    // 305 ms: 100 ms initial RTT, four times half of it, 5 ms of ack delay.
+    assert!(gaps.iter().all(|&g| g == gaps[0] && (300..=310).contains(&g)), "no backing off: {gaps:?}");
+    assert_eq!(attempts.len(), 9, "{attempts:?}");
+    // The path comes back: the next attempt gets through.
+    lost.set(false);
+    p.run_until(at(2_500 + 320));
+    assert_eq!(p.client.state(), State::Established);
+}
