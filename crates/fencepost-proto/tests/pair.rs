@@ -526,3 +526,41 @@ fn unanswered_handshakes_are_retried_every_rto_in_more_copies() {
     p.run_until(at(2_500 + 320));
     assert_eq!(p.client.state(), State::Established);
 }
+
+/// The probes one timeout sends mid-stream carry distinct timestamps, later for later
+/// ones: a receiver that already holds them (its acks were lost) then acks each repeat at
+/// once, instead of taking all but the first for copies sent on purpose, and an ack of a
+/// later probe never reads as proof that an earlier one was spurious.
+#[test]
+fn probes_of_one_timeout_are_stamped_apart_in_send_order() {
+    let acks_lost = std::rc::Rc::new(std::cell::Cell::new(false));
+    // (sequence number, timestamp) of every data packet the client sends (plaintext: version 1).
+    let sent = std::rc::Rc::new(std::cell::RefCell::new(Vec::<(u32, u32)>::new()));
+    let mut p = Pair::new(fast_config(), fast_config());
+    let lost = acks_lost.clone();
+    p.drop = Box::new(move |to_server, ty, _, _| !to_server && ty == PacketType::Ack && lost.get());
+    let log = sent.clone();
+    p.alter = Box::new(move |to_server, datagram| {
+        if to_server && datagram[1] == PacketType::Data as u8 {
+            let word = |at: usize| u32::from_be_bytes([datagram[at], datagram[at + 1], datagram[at + 2], datagram[at + 3]]);
+            log.borrow_mut().push((word(6), word(10)));
+        }
+    });
+    p.run_until(at(20));
+    acks_lost.set(true);
+    p.client.write(&[5u8; 2000]).unwrap();
+    p.run_until(at(1500));
+    assert!(p.client.stats().retransmission_timeouts >= 1);
+    // The first timeout's probes: the first retransmissions, sent back to back.
+    let mut seen = std::collections::HashSet::new();
+    let probes: Vec<(u32, u32)> = sent.borrow().iter().filter(|(seq, _)| !seen.insert(*seq)).take(2).copied().collect();
+    assert_eq!(seen.len(), 20, "twenty packets of 100 bytes");
+    assert_eq!(probes.len(), 2, "{:?}", sent.borrow());
+    assert!(probes[0].1 < probes[1].1, "stamped apart, later for the later probe: {probes:?}");
+    assert!(probes[1].1 - probes[0].1 < 100, "a few microseconds apart, not a round later: {probes:?}");
+    // The server held both already: each repeat was acked (the acks are what was lost).
+    assert!(p.server().stats().duplicate_packets_received >= 2);
+    acks_lost.set(false);
+    p.run_until(at(4000));
+    assert_eq!(Pair::read_all(p.server()).0, vec![5u8; 2000]);
+}
