@@ -564,3 +564,46 @@ fn probes_of_one_timeout_are_stamped_apart_in_send_order() {
     p.run_until(at(4000));
     assert_eq!(Pair::read_all(p.server()).0, vec![5u8; 2000]);
 }
+
+/// A handshake that needed several attempts says the path loses: the first timeouts'
+/// probes allow for it (more of them) before the controller has measured anything.
+#[test]
+fn a_hard_won_handshake_makes_the_first_timeouts_probe_more() {
+    // Probes in the first timeout, after a handshake whose first `lost_initials` Initials
+    // were lost (the first attempt sends one, the second two).
+    let first_timeout_probes = |lost_initials: u64| {
+        let acks_lost = std::rc::Rc::new(std::cell::Cell::new(false));
+        let sent = std::rc::Rc::new(std::cell::RefCell::new(Vec::<(u32, u32)>::new()));
+        let mut p = Pair::new(fast_config(), fast_config());
+        let lost = acks_lost.clone();
+        let mut initials = 0;
+        p.drop = Box::new(move |to_server, ty, _, _| {
+            if to_server && ty == PacketType::Handshake {
+                initials += 1;
+                return initials <= lost_initials;
+            }
+            !to_server && ty == PacketType::Ack && lost.get()
+        });
+        let log = sent.clone();
+        p.alter = Box::new(move |to_server, datagram| {
+            if to_server && datagram[1] == PacketType::Data as u8 {
+                let word = |at: usize| u32::from_be_bytes([datagram[at], datagram[at + 1], datagram[at + 2], datagram[at + 3]]);
+                log.borrow_mut().push((word(6), word(10)));
+            }
+        });
+        p.run_until(at(1000));
+        assert_eq!(p.client.state(), State::Established);
+        acks_lost.set(true);
+        p.client.write(&[5u8; 2000]).unwrap();
+        p.run_until(at(1600));
+        assert!(p.client.stats().retransmission_timeouts >= 1);
+        let sent = sent.borrow();
+        let mut seen = std::collections::HashSet::new();
+        let resent: Vec<u32> = sent.iter().filter(|(seq, _)| !seen.insert(*seq)).map(|&(_, stamp)| stamp).collect();
+        // One round's probes leave together, stamped microseconds apart.
+        resent.iter().filter(|&&stamp| stamp - resent[0] < 100).count()
+    };
+    assert_eq!(first_timeout_probes(0), 2, "one attempt: RFC 9002's two");
+    // Three attempts: about 42 % loss each way, eight probes for a 95 % chance of an answer.
+    assert_eq!(first_timeout_probes(3), 8);
+}
