@@ -527,18 +527,10 @@ fn unanswered_handshakes_are_retried_every_rto_in_more_copies() {
     assert_eq!(p.client.state(), State::Established);
 }
 
-/// The probes one timeout sends mid-stream carry distinct timestamps, later for later
-/// ones: a receiver that already holds them (its acks were lost) then acks each repeat at
-/// once, instead of taking all but the first for copies sent on purpose, and an ack of a
-/// later probe never reads as proof that an earlier one was spurious.
-#[test]
-fn probes_of_one_timeout_are_stamped_apart_in_send_order() {
-    let acks_lost = std::rc::Rc::new(std::cell::Cell::new(false));
-    // (sequence number, timestamp) of every data packet the client sends (plaintext: version 1).
-    let sent = std::rc::Rc::new(std::cell::RefCell::new(Vec::<(u32, u32)>::new()));
-    let mut p = Pair::new(fast_config(), fast_config());
-    let lost = acks_lost.clone();
-    p.drop = Box::new(move |to_server, ty, _, _| !to_server && ty == PacketType::Ack && lost.get());
+/// Logs (sequence number, timestamp) of every data packet the client sends (plaintext:
+/// version 1, whose header carries both in clear).
+fn log_client_data(p: &mut Pair) -> std::rc::Rc<std::cell::RefCell<Vec<(u32, u32)>>> {
+    let sent = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
     let log = sent.clone();
     p.alter = Box::new(move |to_server, datagram| {
         if to_server && datagram[1] == PacketType::Data as u8 {
@@ -546,6 +538,20 @@ fn probes_of_one_timeout_are_stamped_apart_in_send_order() {
             log.borrow_mut().push((word(6), word(10)));
         }
     });
+    sent
+}
+
+/// The probes one timeout sends mid-stream carry distinct timestamps, later for later
+/// ones: a receiver that already holds them (its acks were lost) then acks each repeat at
+/// once, instead of taking all but the first for copies sent on purpose, and an ack of a
+/// later probe never reads as proof that an earlier one was spurious.
+#[test]
+fn probes_of_one_timeout_are_stamped_apart_in_send_order() {
+    let acks_lost = std::rc::Rc::new(std::cell::Cell::new(false));
+    let mut p = Pair::new(fast_config(), fast_config());
+    let lost = acks_lost.clone();
+    p.drop = Box::new(move |to_server, ty, _, _| !to_server && ty == PacketType::Ack && lost.get());
+    let sent = log_client_data(&mut p);
     p.run_until(at(20));
     acks_lost.set(true);
     p.client.write(&[5u8; 2000]).unwrap();
@@ -573,7 +579,6 @@ fn a_hard_won_handshake_makes_the_first_timeouts_probe_more() {
     // were lost (the first attempt sends one, the second two).
     let first_timeout_probes = |lost_initials: u64| {
         let acks_lost = std::rc::Rc::new(std::cell::Cell::new(false));
-        let sent = std::rc::Rc::new(std::cell::RefCell::new(Vec::<(u32, u32)>::new()));
         let mut p = Pair::new(fast_config(), fast_config());
         let lost = acks_lost.clone();
         let mut initials = 0;
@@ -584,13 +589,7 @@ fn a_hard_won_handshake_makes_the_first_timeouts_probe_more() {
             }
             !to_server && ty == PacketType::Ack && lost.get()
         });
-        let log = sent.clone();
-        p.alter = Box::new(move |to_server, datagram| {
-            if to_server && datagram[1] == PacketType::Data as u8 {
-                let word = |at: usize| u32::from_be_bytes([datagram[at], datagram[at + 1], datagram[at + 2], datagram[at + 3]]);
-                log.borrow_mut().push((word(6), word(10)));
-            }
-        });
+        let sent = log_client_data(&mut p);
         p.run_until(at(1000));
         assert_eq!(p.client.state(), State::Established);
         acks_lost.set(true);
