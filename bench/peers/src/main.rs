@@ -261,8 +261,10 @@ async fn fencepost(args: &Args) -> Result<serde_json::Value> {
         let (mut delivered, mut retransmissions, mut one_connection_s) = (0u64, 0u64, 0f64);
         let (mut lost, mut spurious, mut timeouts, mut repairs) = (0u64, 0u64, 0u64, 0u64);
         let (mut data_packets, mut acks) = (0u64, 0u64);
+        let mut done_at = Vec::new();
         while let Some(done) = sends.join_next().await {
             let s = done??;
+            done_at.push(started.elapsed().as_secs_f64());
             if !s.complete {
                 return Err(s.incomplete_reason.unwrap_or_default().into());
             }
@@ -288,6 +290,9 @@ async fn fencepost(args: &Args) -> Result<serde_json::Value> {
         fields["redundant_packets_sent"] = repairs.into();
         fields["data_packets_sent"] = data_packets.into();
         fields["acks_received"] = acks.into();
+        // When the connections finished, from the first connect: a spread shows unfairness.
+        fields["first_done_s"] = done_at.first().copied().unwrap_or(0.0).into();
+        fields["median_done_s"] = done_at.get(done_at.len() / 2).copied().unwrap_or(0.0).into();
         return Ok(fields);
     }
     let mut conn = endpoint.connect(args.addr).await?;
