@@ -161,6 +161,11 @@ def main() -> int:
                                          "spurious_retransmissions": spurious, "data_packets_per_ack": per_ack, "failed": len(rs) - len(ok), "runs": rs}
             print(f"  {k:4d} connection(s): aggregate {rate.get('min', float('nan')):6.2f} {rate.get('median', float('nan')):6.2f} {rate.get('max', float('nan')):6.2f} Gbit/s"
                   f"  retransmissions {retx} (timeouts {timeouts}, found spurious {spurious})  data packets per ack {per_ack}  failed {len(rs) - len(ok)}")
+            if k > 1 and ok:
+                # Timed from the first connect (handshakes and the last connection's finish
+                # included): when the first, the median and the last connection finished.
+                done = [(r["client"].get("first_done_s", 0), r["client"].get("median_done_s", 0), r["client"]["seconds"]) for r in ok]
+                print("        connections finished (first / median / last, s): " + ", ".join(f"{a:.2f} / {b:.2f} / {c:.2f}" for a, b, c in done))
         one, many = results["connections"][1]["gbit_per_s"], results["connections"][args.connections]["gbit_per_s"]
         if one and many:
             print(f"  aggregate over {args.connections} / one connection = {many['median'] / one['median']:.2f} (medians)")
