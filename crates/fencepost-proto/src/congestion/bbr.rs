@@ -78,6 +78,8 @@ const PROBE_RTT_CWND_GAIN: f64 = 0.5;
 /// Startup ends after this many rounds in which the bandwidth grew by less than 25 %.
 const FULL_BW_GROWTH: f64 = 1.25;
 const FULL_BW_ROUNDS: u32 = 3;
+/// `tolerant`: the most rounds a plateau with no queue may last before Startup ends.
+const MAX_QUIET_PLATEAU_ROUNDS: u32 = 12;
 /// v1 paces 1 % below the estimate so a queue does not build at exactly the bottleneck rate.
 const PACING_MARGIN: f64 = 0.99;
 
@@ -454,13 +456,20 @@ impl Bbr {
 
     /// The share `lost / resolved` is above `p̂` by more than three standard deviations
     /// of the difference between two binomial shares (this one's packets, and those
-    /// behind `p̂`), plus a point. The variance uses at least one loss in what `p̂` has
-    /// seen (Laplace's rule), so a first loss after a clean start is not a surprise.
+    /// behind `p̂`), plus a point. The variance is the two-proportion test's: of the
+    /// share both samples pooled would show (what they have in common if the loss is
+    /// the same), and at least one loss in what `p̂` has seen (Laplace's rule), so a
+    /// first loss after a clean start is not a surprise. (Taking `p̂` alone as the
+    /// variance's share undersold it while `p̂` rested on a dozen packets: at 30 %
+    /// loss, one loss in twelve made a round of 40 % look like a full path, and
+    /// Startup ended at a tenth of a 50 Mbit/s path.)
     fn excess_loss(&self, lost: u64, resolved: u64) -> bool {
         let p = self.random_loss.min(MAX_CORRECTED_LOSS);
         let packets = resolved as f64 / self.mss as f64;
         let seen = self.calm_seen.min(LOSS_MEMORY_PACKETS);
-        let spread_p = p.max(1.0 / (seen + 2.0));
+        let share = lost as f64 / resolved.max(1) as f64;
+        let pooled = (p * seen + share * packets) / (seen + packets).max(1.0);
+        let spread_p = pooled.max(1.0 / (seen + 2.0));
         let spread = (spread_p * (1.0 - spread_p) * (1.0 / packets + 1.0 / seen.max(1.0))).sqrt();
         lost as f64 / resolved as f64 > p + 3.0 * spread + LOSS_SLACK
     }
@@ -564,9 +573,25 @@ impl Bbr {
             return;
         }
         self.full_bw_count += 1;
-        if self.full_bw_count >= FULL_BW_ROUNDS {
+        if self.full_bw_count >= self.full_bw_rounds() {
             self.filled_pipe = true;
         }
+    }
+
+    /// Rounds without growth that end Startup. A path that is full builds a queue in
+    /// Startup (its window is nearly three times the product); `tolerant` seeing none
+    /// takes the plateau for noise unless it lasts as many rounds as it takes to deliver
+    /// what three rounds would without loss: under 60 % loss each way a round's rate
+    /// sample rests on a handful of packets and acks, and three rounds without a lucky
+    /// one ended Startup at 1 % of a 50 Mbit/s path (1 MB then took 30 s, not 7). A
+    /// full path with a shallow queue or a policer still ends Startup at once, by its
+    /// excess loss (see `on_ack_batch`).
+    fn full_bw_rounds(&self) -> u32 {
+        if !self.tolerant() || self.last_round_queue().is_some_and(|queue| queue > 0.5) {
+            return FULL_BW_ROUNDS;
+        }
+        let delivered_share = 1.0 - self.random_loss.min(MAX_CORRECTED_LOSS);
+        ((f64::from(FULL_BW_ROUNDS) / delivered_share).ceil() as u32).clamp(FULL_BW_ROUNDS, MAX_QUIET_PLATEAU_ROUNDS)
     }
 
     fn check_drain(&mut self, now: Instant, bytes_in_flight: u64) {
@@ -922,6 +947,42 @@ mod tests {
         let down = up + gains[up..].iter().position(|&g| g <= 1.0).unwrap();
         assert_eq!(gains[down], 0.75, "the probe is followed by a drain: {gains:?}");
         assert!(gains[down + 1..].iter().take(6).all(|&g| g == 1.0), "then cruising: {gains:?}");
+    }
+
+    /// A loss estimate resting on a dozen packets says little: a round whose loss a 30 %
+    /// path draws often is not excess (the two-proportion test's pooled variance), while
+    /// one losing twice the path's rate, against an estimate from a full memory, is.
+    #[test]
+    fn excess_loss_weighs_how_much_the_estimate_has_seen() {
+        let mut cc = Bbr::new(BbrConfig::tolerant(), MSS);
+        cc.calm_seen = 12.0;
+        cc.random_loss = 1.0 / 12.0;
+        assert!(!cc.excess_loss(9 * MSS, 20 * MSS), "9 lost of 20 against 1 of 12");
+        cc.calm_seen = LOSS_MEMORY_PACKETS;
+        cc.random_loss = 0.3;
+        assert!(cc.excess_loss(60 * MSS, 100 * MSS));
+        assert!(!cc.excess_loss(35 * MSS, 100 * MSS));
+    }
+
+    /// Startup's plateau: three rounds where a queue shows (or the path loses nothing);
+    /// with no queue under heavy loss, as many more as the loss takes from each round.
+    #[test]
+    fn a_quiet_plateau_under_heavy_loss_must_last_longer_to_end_startup() {
+        let rtt = Duration::from_millis(200);
+        let mut cc = Bbr::new(BbrConfig::tolerant(), MSS);
+        cc.min_rtt = Some(rtt);
+        cc.last_round_min_rtt = Some(rtt);
+        assert_eq!(cc.full_bw_rounds(), 3);
+        cc.random_loss = 0.6;
+        assert_eq!(cc.full_bw_rounds(), 8);
+        cc.random_loss = 0.95;
+        assert_eq!(cc.full_bw_rounds(), MAX_QUIET_PLATEAU_ROUNDS);
+        // The queueing target is a quarter of 200 ms: 40 ms above the minimum is a queue.
+        cc.last_round_min_rtt = Some(rtt + Duration::from_millis(40));
+        assert_eq!(cc.full_bw_rounds(), 3);
+        let mut v1 = Bbr::new(BbrConfig::v1(), MSS);
+        v1.random_loss = 0.6;
+        assert_eq!(v1.full_bw_rounds(), 3);
     }
 
     #[test]
