@@ -212,3 +212,20 @@ fn heavy_random_loss_does_not_end_tolerants_startup_early() {
     let (worst, seed) = longest(&[("bytes", "5MB"), ("rate", "50mbit"), ("delay", "50ms"), ("loss", "30%")], 20);
     assert!(worst < 5.0, "30 %, 100 ms: seed {seed} took {worst:.1} s");
 }
+
+/// A path that gets much longer mid-transfer (a route change: 40 ms round trip to 400,
+/// or 10 ms to 300) is measured again within a few round trips, not 10 s later: the
+/// window sized by the old minimum carried a fifth of the bandwidth, the estimate aged
+/// down to match, and 10 MB at 20 Mbit/s took 47 s (50 MB at 100 Mbit/s: 68 s). Flows
+/// sharing a queue are left as they were (see `queue_exceeds_flight` in bbr.rs).
+#[test]
+fn a_path_that_gets_much_longer_is_measured_again_within_a_few_round_trips() {
+    for (rate, bytes, before, after, bound) in [("20mbit", "10MB", "20ms", "200ms", 9.0), ("100mbit", "50MB", "5ms", "150ms", 9.0)] {
+        let event = format!("1s:delay:{after}");
+        let options = [("bytes", bytes), ("rate", rate), ("delay", before), ("event", event.as_str())];
+        let report = run(Scenario::from_options(options).unwrap());
+        assert!(report.integrity_ok, "{options:?}: {:?}", report.error);
+        let took = report.flows[0].duration_s;
+        assert!(took < bound, "{bytes} at {rate}, {before} then {after}: {took:.1} s");
+    }
+}

@@ -51,7 +51,9 @@
 //!    smallest RTT reads as a standing queue.
 //!
 //! And its ProbeRTT keeps half the bandwidth-delay product in flight (BBRv3's
-//! window), not four packets, which under heavy loss starve loss detection.
+//! window), not four packets, which under heavy loss starve loss detection; it
+//! comes at once, not after 10 s, when the round trip steps up and stays above
+//! what the flow's own flight could queue (a path that got longer).
 //!
 //! docs/congestion.md has the state machine, the parameters and measurements.
 
@@ -96,6 +98,8 @@ const MAX_PROBE_WAIT_ROUNDS: u64 = 63;
 /// `tolerant`: rounds a queue must stand (above half the queueing target) before the flow
 /// takes BBR's window of two bandwidth-delay products, to hold its own against queue fillers.
 const COMPETING_ROUNDS: u32 = 16;
+/// `tolerant`: rounds a queue larger than the flight must stand before the minimum RTT is measured again.
+const LENGTHENED_PATH_ROUNDS: u32 = 4;
 const COMPETING_MEMORY_ROUNDS: u64 = 1000;
 const QUEUE_ALLOWANCE_MIN: u64 = 4;
 const QUEUE_ALLOWANCE_MAX: u64 = 16;
@@ -250,6 +254,10 @@ pub struct Bbr {
     last_cut_round: Option<u64>,
     /// `tolerant`: delivered bytes at the last cut; packets sent before it measure the rate the cut undid.
     cut_delivered: u64,
+    /// `tolerant`: consecutive ProbeBW rounds whose queue held more than the flight (see `queue_exceeds_flight`).
+    lengthened_rounds: u32,
+    /// `tolerant`: the last round whose smallest RTT was more than [`STARTUP_GAIN`] times the round's before.
+    rtt_step_round: Option<u64>,
     /// `tolerant`: consecutive rounds through which a queue stood.
     standing_queue_rounds: u32,
 }
@@ -301,6 +309,8 @@ impl Bbr {
             last_cut_round: None,
             cut_delivered: 0,
             standing_queue_rounds: 0,
+            lengthened_rounds: 0,
+            rtt_step_round: None,
         }
     }
 
@@ -563,6 +573,27 @@ impl Bbr {
         (self.inflight(1.0) / 4).clamp(QUEUE_ALLOWANCE_MIN * self.mss, QUEUE_ALLOWANCE_MAX * self.mss)
     }
 
+    /// `tolerant`: the last round's smallest RTT stood above the minimum by more than the
+    /// estimated bandwidth could have queued of all this flow has in flight: not a queue
+    /// of ours, and delivering far less than the estimate. In ProbeBW or Drain (which,
+    /// sized by the old minimum, would wait for a flight it can never get down to) for
+    /// [`LENGTHENED_PATH_ROUNDS`] rounds in a row, soon after the round trip stepped up by
+    /// more than [`STARTUP_GAIN`] times in one round (more than any queue can grow in a
+    /// round: senders at most double what they sent the round before, Startup's gain
+    /// being the steepest), it says the path got longer (a route or a link changed), and
+    /// the minimum is measured again (ProbeRTT) at once rather than 10 s after it was
+    /// taken. Waiting starved the flow: its window, sized by the old minimum, carried a
+    /// fifth of the bandwidth once a 40 ms path became 400 ms, the estimate aged down to
+    /// match, and 10 MB at 20 Mbit/s took 47 s. Without the step, a flow with a small
+    /// share of a queue others keep also sees more queued than it has in flight, and
+    /// adopting their queue as its path's delay doubled everyone's (4 flows at 2 % loss:
+    /// mean RTT 60 -> 150 ms). A flow keeping a queue of its own holds in flight at least
+    /// what its bandwidth queues.
+    fn queue_exceeds_flight(&self, bytes_in_flight: u64) -> bool {
+        let (Some(min_rtt), Some(round_min)) = (self.min_rtt, self.last_round_min_rtt) else { return false };
+        self.bw * round_min.saturating_sub(min_rtt).as_secs_f64() > bytes_in_flight as f64
+    }
+
     fn check_full_pipe(&mut self, app_limited: bool) {
         if self.filled_pipe || !self.round_start || app_limited {
             return;
@@ -732,7 +763,12 @@ impl Controller for Bbr {
                 self.next_round_delivered = batch.delivered;
                 self.round += 1;
                 self.round_start = true;
-                self.last_round_min_rtt = self.round_min_rtt.take();
+                let previous_round_min = std::mem::replace(&mut self.last_round_min_rtt, self.round_min_rtt.take());
+                if let (Some(before), Some(now_min)) = (previous_round_min, self.last_round_min_rtt) {
+                    if now_min.as_secs_f64() > STARTUP_GAIN * before.as_secs_f64() {
+                        self.rtt_step_round = Some(self.round);
+                    }
+                }
                 if !(self.tolerant() && self.mode == Mode::ProbeRtt) {
                     // ProbeRTT's 200 ms can be many rounds on a short path; with so little in
                     // flight its samples say nothing of the bandwidth, and counting its rounds
@@ -741,6 +777,9 @@ impl Controller for Bbr {
                 }
                 let standing = self.last_round_queue().is_some_and(|queue| queue > 1.0);
                 self.standing_queue_rounds = if standing { self.standing_queue_rounds.saturating_add(1) } else { 0 };
+                let stepped = self.rtt_step_round.is_some_and(|step| self.round <= step + 2 * u64::from(LENGTHENED_PATH_ROUNDS));
+                let lengthened = self.tolerant() && matches!(self.mode, Mode::ProbeBw | Mode::Drain) && stepped && self.queue_exceeds_flight(batch.bytes_in_flight);
+                self.lengthened_rounds = if lengthened { self.lengthened_rounds.saturating_add(1) } else { 0 };
             }
         }
         if acked > 0 && rtt.has_sample() {
@@ -788,7 +827,7 @@ impl Controller for Bbr {
             }
         }
         self.bw = self.bw_filter.max(self.bw_round);
-        let min_rtt_expired = self.min_rtt.is_some() && now > self.min_rtt_stamp + MIN_RTT_WINDOW;
+        let min_rtt_expired = self.min_rtt.is_some() && (now > self.min_rtt_stamp + MIN_RTT_WINDOW || self.lengthened_rounds >= LENGTHENED_PATH_ROUNDS);
         if acked > 0 && rtt.has_sample() {
             let sample = rtt.latest();
             if self.min_rtt.is_none_or(|m| sample <= m) || min_rtt_expired {
