@@ -100,6 +100,10 @@ const MAX_PROBE_WAIT_ROUNDS: u64 = 63;
 const COMPETING_ROUNDS: u32 = 16;
 /// `tolerant`: rounds a queue larger than the flight must stand before the minimum RTT is measured again.
 const LENGTHENED_PATH_ROUNDS: u32 = 4;
+/// `tolerant`: the least step up of a round's smallest RTT that may mean a longer path. On one
+/// host round trips jump from 0.3 to 2 ms with scheduling alone (over loopback the rule fired
+/// once per gigabyte, and each ProbeRTT held the flow at half a product for 200 ms).
+const PATH_STEP_MIN: Duration = Duration::from_millis(5);
 const COMPETING_MEMORY_ROUNDS: u64 = 1000;
 const QUEUE_ALLOWANCE_MIN: u64 = 4;
 const QUEUE_ALLOWANCE_MAX: u64 = 16;
@@ -575,12 +579,14 @@ impl Bbr {
 
     /// `tolerant`: the last round's smallest RTT stood above the minimum by more than the
     /// estimated bandwidth could have queued of all this flow has in flight: not a queue
-    /// of ours, and delivering far less than the estimate. In ProbeBW or Drain (which,
-    /// sized by the old minimum, would wait for a flight it can never get down to) for
-    /// [`LENGTHENED_PATH_ROUNDS`] rounds in a row, soon after the round trip stepped up by
+    /// of ours, and delivering far less than the estimate. In ProbeBW for
+    /// [`LENGTHENED_PATH_ROUNDS`] rounds in a row, soon after the round trip stepped up in
+    /// ProbeBW (Startup's own queue builds fast: a hundred flows starting together over
+    /// loopback stepped, and this fired for some of them) by
     /// more than [`STARTUP_GAIN`] times in one round (more than any queue can grow in a
     /// round: senders at most double what they sent the round before, Startup's gain
-    /// being the steepest), it says the path got longer (a route or a link changed), and
+    /// being the steepest) and by more than [`PATH_STEP_MIN`] (a path lengthened by less
+    /// waits out the 10 s, as before), it says the path got longer (a route or a link changed), and
     /// the minimum is measured again (ProbeRTT) at once rather than 10 s after it was
     /// taken. Waiting starved the flow: its window, sized by the old minimum, carried a
     /// fifth of the bandwidth once a 40 ms path became 400 ms, the estimate aged down to
@@ -765,7 +771,8 @@ impl Controller for Bbr {
                 self.round_start = true;
                 let previous_round_min = std::mem::replace(&mut self.last_round_min_rtt, self.round_min_rtt.take());
                 if let (Some(before), Some(now_min)) = (previous_round_min, self.last_round_min_rtt) {
-                    if now_min.as_secs_f64() > STARTUP_GAIN * before.as_secs_f64() {
+                    let settled = self.mode == Mode::ProbeBw;
+                    if settled && now_min.as_secs_f64() > STARTUP_GAIN * before.as_secs_f64() && now_min.saturating_sub(before) > PATH_STEP_MIN {
                         self.rtt_step_round = Some(self.round);
                     }
                 }
@@ -778,7 +785,7 @@ impl Controller for Bbr {
                 let standing = self.last_round_queue().is_some_and(|queue| queue > 1.0);
                 self.standing_queue_rounds = if standing { self.standing_queue_rounds.saturating_add(1) } else { 0 };
                 let stepped = self.rtt_step_round.is_some_and(|step| self.round <= step + 2 * u64::from(LENGTHENED_PATH_ROUNDS));
-                let lengthened = self.tolerant() && matches!(self.mode, Mode::ProbeBw | Mode::Drain) && stepped && self.queue_exceeds_flight(batch.bytes_in_flight);
+                let lengthened = self.tolerant() && self.mode == Mode::ProbeBw && stepped && self.queue_exceeds_flight(batch.bytes_in_flight);
                 self.lengthened_rounds = if lengthened { self.lengthened_rounds.saturating_add(1) } else { 0 };
             }
         }
