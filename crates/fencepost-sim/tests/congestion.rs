@@ -217,7 +217,7 @@ fn heavy_random_loss_does_not_end_tolerants_startup_early() {
 /// or 10 ms to 300) is measured again within a few round trips, not 10 s later: the
 /// window sized by the old minimum carried a fifth of the bandwidth, the estimate aged
 /// down to match, and 10 MB at 20 Mbit/s took 47 s (50 MB at 100 Mbit/s: 68 s). Flows
-/// sharing a queue are left as they were (see `queue_exceeds_flight` in bbr.rs).
+/// sharing a queue are left as they were (see `note_path_length` in bbr.rs).
 #[test]
 fn a_path_that_gets_much_longer_is_measured_again_within_a_few_round_trips() {
     for (rate, bytes, before, after, bound) in [("20mbit", "10MB", "20ms", "200ms", 9.0), ("100mbit", "50MB", "5ms", "150ms", 9.0)] {

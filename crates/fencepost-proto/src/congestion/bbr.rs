@@ -98,13 +98,13 @@ const MAX_PROBE_WAIT_ROUNDS: u64 = 63;
 /// `tolerant`: rounds a queue must stand (above half the queueing target) before the flow
 /// takes BBR's window of two bandwidth-delay products, to hold its own against queue fillers.
 const COMPETING_ROUNDS: u32 = 16;
+const COMPETING_MEMORY_ROUNDS: u64 = 1000;
 /// `tolerant`: rounds a queue larger than the flight must stand before the minimum RTT is measured again.
 const LENGTHENED_PATH_ROUNDS: u32 = 4;
 /// `tolerant`: the least step up of a round's smallest RTT that may mean a longer path. On one
 /// host round trips jump from 0.3 to 2 ms with scheduling alone (over loopback the rule fired
 /// once per gigabyte, and each ProbeRTT held the flow at half a product for 200 ms).
 const PATH_STEP_MIN: Duration = Duration::from_millis(5);
-const COMPETING_MEMORY_ROUNDS: u64 = 1000;
 const QUEUE_ALLOWANCE_MIN: u64 = 4;
 const QUEUE_ALLOWANCE_MAX: u64 = 16;
 /// `tolerant`: the largest loss rate corrected for; beyond it samples are scaled by 10 at most.
@@ -258,9 +258,9 @@ pub struct Bbr {
     last_cut_round: Option<u64>,
     /// `tolerant`: delivered bytes at the last cut; packets sent before it measure the rate the cut undid.
     cut_delivered: u64,
-    /// `tolerant`: consecutive ProbeBW rounds whose queue held more than the flight (see `queue_exceeds_flight`).
+    /// `tolerant`: consecutive ProbeBW rounds whose queue held more than the flight after a step (see `note_path_length`).
     lengthened_rounds: u32,
-    /// `tolerant`: the last round whose smallest RTT was more than [`STARTUP_GAIN`] times the round's before.
+    /// `tolerant`: the last ProbeBW round whose smallest RTT stepped up (see `note_path_length`).
     rtt_step_round: Option<u64>,
     /// `tolerant`: consecutive rounds through which a queue stood.
     standing_queue_rounds: u32,
@@ -485,7 +485,7 @@ impl Bbr {
         let pooled = (p * seen + share * packets) / (seen + packets).max(1.0);
         let spread_p = pooled.max(1.0 / (seen + 2.0));
         let spread = (spread_p * (1.0 - spread_p) * (1.0 / packets + 1.0 / seen.max(1.0))).sqrt();
-        lost as f64 / resolved as f64 > p + 3.0 * spread + LOSS_SLACK
+        share > p + 3.0 * spread + LOSS_SLACK
     }
 
     /// A delivery-rate sample as the model takes it. `tolerant` counts what the path
@@ -577,24 +577,37 @@ impl Bbr {
         (self.inflight(1.0) / 4).clamp(QUEUE_ALLOWANCE_MIN * self.mss, QUEUE_ALLOWANCE_MAX * self.mss)
     }
 
-    /// `tolerant`: the last round's smallest RTT stood above the minimum by more than the
-    /// estimated bandwidth could have queued of all this flow has in flight: not a queue
-    /// of ours, and delivering far less than the estimate. In ProbeBW for
-    /// [`LENGTHENED_PATH_ROUNDS`] rounds in a row, soon after the round trip stepped up in
-    /// ProbeBW (Startup's own queue builds fast: a hundred flows starting together over
-    /// loopback stepped, and this fired for some of them) by
-    /// more than [`STARTUP_GAIN`] times in one round (more than any queue can grow in a
-    /// round: senders at most double what they sent the round before, Startup's gain
-    /// being the steepest) and by more than [`PATH_STEP_MIN`] (a path lengthened by less
-    /// waits out the 10 s, as before), it says the path got longer (a route or a link changed), and
-    /// the minimum is measured again (ProbeRTT) at once rather than 10 s after it was
-    /// taken. Waiting starved the flow: its window, sized by the old minimum, carried a
-    /// fifth of the bandwidth once a 40 ms path became 400 ms, the estimate aged down to
-    /// match, and 10 MB at 20 Mbit/s took 47 s. Without the step, a flow with a small
-    /// share of a queue others keep also sees more queued than it has in flight, and
-    /// adopting their queue as its path's delay doubled everyone's (4 flows at 2 % loss:
-    /// mean RTT 60 -> 150 ms). A flow keeping a queue of its own holds in flight at least
-    /// what its bandwidth queues.
+    /// `tolerant`, at each round's start: whether the path got longer (a route or a link
+    /// changed). The sign: in ProbeBW a round's smallest RTT steps up more than
+    /// [`STARTUP_GAIN`] times the round's before (more than any queue grows in a round:
+    /// senders at most double what they sent the round before, Startup's gain being the
+    /// steepest) and by more than [`PATH_STEP_MIN`] (a path lengthened by less waits out
+    /// the 10 s, as before); then, for [`LENGTHENED_PATH_ROUNDS`] rounds of ProbeBW in a
+    /// row, the queue that RTT implies holds more than the whole flight. The minimum is
+    /// then measured again (ProbeRTT) at once rather than 10 s after it was taken.
+    /// Waiting starved the flow: its window, sized by the old minimum, carried a fifth of
+    /// the bandwidth once a 40 ms path became 400 ms, the estimate aged down to match, and
+    /// 10 MB at 20 Mbit/s took 47 s. Without the step, a flow with a small share of a
+    /// queue others keep also sees more queued than it has in flight, and adopting their
+    /// queue as its path's delay doubled everyone's (4 flows at 2 % loss: mean RTT 60 ->
+    /// 150 ms); outside ProbeBW, Startup's own queue builds fast enough to step (a hundred
+    /// flows starting together over loopback fired it for some of them).
+    fn note_path_length(&mut self, previous_round_min: Option<Duration>, bytes_in_flight: u64) {
+        let probing_bw = self.mode == Mode::ProbeBw;
+        if let (Some(before), Some(latest)) = (previous_round_min, self.last_round_min_rtt) {
+            if probing_bw && latest.as_secs_f64() > STARTUP_GAIN * before.as_secs_f64() && latest.saturating_sub(before) > PATH_STEP_MIN {
+                self.rtt_step_round = Some(self.round);
+            }
+        }
+        let stepped = self.rtt_step_round.is_some_and(|step| self.round <= step + 2 * u64::from(LENGTHENED_PATH_ROUNDS));
+        let lengthened = self.tolerant() && probing_bw && stepped && self.queue_exceeds_flight(bytes_in_flight);
+        self.lengthened_rounds = if lengthened { self.lengthened_rounds.saturating_add(1) } else { 0 };
+    }
+
+    /// The last round's smallest RTT stood above the minimum by more than the estimated
+    /// bandwidth could have queued of all this flow has in flight: not a queue of ours
+    /// (a flow keeping its own queue holds in flight at least what its bandwidth queues),
+    /// and delivering far less than the estimate.
     fn queue_exceeds_flight(&self, bytes_in_flight: u64) -> bool {
         let (Some(min_rtt), Some(round_min)) = (self.min_rtt, self.last_round_min_rtt) else { return false };
         self.bw * round_min.saturating_sub(min_rtt).as_secs_f64() > bytes_in_flight as f64
@@ -770,12 +783,6 @@ impl Controller for Bbr {
                 self.round += 1;
                 self.round_start = true;
                 let previous_round_min = std::mem::replace(&mut self.last_round_min_rtt, self.round_min_rtt.take());
-                if let (Some(before), Some(now_min)) = (previous_round_min, self.last_round_min_rtt) {
-                    let settled = self.mode == Mode::ProbeBw;
-                    if settled && now_min.as_secs_f64() > STARTUP_GAIN * before.as_secs_f64() && now_min.saturating_sub(before) > PATH_STEP_MIN {
-                        self.rtt_step_round = Some(self.round);
-                    }
-                }
                 if !(self.tolerant() && self.mode == Mode::ProbeRtt) {
                     // ProbeRTT's 200 ms can be many rounds on a short path; with so little in
                     // flight its samples say nothing of the bandwidth, and counting its rounds
@@ -784,9 +791,7 @@ impl Controller for Bbr {
                 }
                 let standing = self.last_round_queue().is_some_and(|queue| queue > 1.0);
                 self.standing_queue_rounds = if standing { self.standing_queue_rounds.saturating_add(1) } else { 0 };
-                let stepped = self.rtt_step_round.is_some_and(|step| self.round <= step + 2 * u64::from(LENGTHENED_PATH_ROUNDS));
-                let lengthened = self.tolerant() && self.mode == Mode::ProbeBw && stepped && self.queue_exceeds_flight(batch.bytes_in_flight);
-                self.lengthened_rounds = if lengthened { self.lengthened_rounds.saturating_add(1) } else { 0 };
+                self.note_path_length(previous_round_min, batch.bytes_in_flight);
             }
         }
         if acked > 0 && rtt.has_sample() {
