@@ -101,3 +101,19 @@ fn an_idle_timeout_no_longer_than_the_round_trip_is_named_as_the_cause() {
         assert!(report.integrity_ok && report.status == "ok", "{}", report.to_json());
     }
 }
+
+/// Bursty loss counted in packets (Gilbert–Elliott: 1 % of packets start a burst, 5 %
+/// end one, so bursts of 20 packets on average and about one in 20 longer than 60) ends only
+/// as packets are sent into it. Two probes per backed-off timeout took 30 s to send a
+/// long burst's worth, and every one of these seeds hit the idle timeout (31-42 s);
+/// probes that double with each unanswered timeout get through in a few.
+#[test]
+fn a_long_burst_of_loss_counted_in_packets_is_probed_through_before_the_idle_timeout() {
+    for seed in ["1", "2", "3"] {
+        let options = [("bytes", "5MB"), ("rate", "20mbit"), ("delay", "20ms"), ("loss-model", "gilbert:p=1%,r=5%"), ("seed", seed)];
+        let report = run(Scenario::from_options(options).unwrap());
+        assert!(report.integrity_ok && report.status == "ok", "seed {seed}: {}", report.to_json());
+        let took = report.flows[0].duration_s;
+        assert!(took < 20.0, "seed {seed}: {took:.1} s");
+    }
+}
