@@ -140,10 +140,14 @@ impl Assembler {
     }
 
     /// Packets the sender may send, counted from the fence base: whatever buffer
-    /// space is left after the bytes still waiting to be read.
+    /// space is left after the bytes still waiting to be read, each packet counted as
+    /// one held behind a hole costs (its payload and [`SLOT_COST`]). Counted by payload
+    /// alone, a window filled behind a hole overran the buffer: once far acks let a
+    /// sender reach the window's edge, packets it was allowed to send were dropped
+    /// for room (5 in 100 MB at 1 Gbit/s over 100 ms, 0.1 % loss).
     pub fn window(&self) -> u32 {
         let free = self.capacity.saturating_sub(self.readable.len());
-        (free / self.max_payload).min(u32::MAX as usize) as u32
+        (free / (self.max_payload + SLOT_COST)).min(u32::MAX as usize) as u32
     }
 
     pub fn readable_len(&self) -> usize {
@@ -332,6 +336,26 @@ impl Assembler {
         n
     }
 
+    /// Writes the fence beyond an ack's bitmap (bit `i` = sequence `start + i` held) into
+    /// `out`: up to the highest packet held, at most `max_bits` wide; empty when nothing
+    /// is held from `start` on.
+    pub fn far_bitmap(&self, start: u64, max_bits: u32, out: &mut Vec<u8>) {
+        out.clear();
+        let Some(highest) = self.highest_held().filter(|&h| h >= start && start > self.fence_base) else { return };
+        let bits = (highest - start + 1).min(u64::from(max_bits)) as usize;
+        out.resize(bits.div_ceil(8), 0);
+        for (k, chunk) in out.chunks_mut(8).enumerate() {
+            let word = self.held_word(start + 64 * k as u64).to_le_bytes();
+            chunk.copy_from_slice(&word[..chunk.len()]);
+        }
+        // Bits past `bits` in the last byte describe packets beyond the highest held or
+        // the cap: clear, they read as not (yet) arrived.
+        if bits % 8 != 0 {
+            let last = out.len() - 1;
+            out[last] &= (1u8 << (bits % 8)) - 1;
+        }
+    }
+
     /// Writes the fence bitmap (bit `i` = sequence `fence_base + 1 + i` held) into
     /// `out`: exactly `exact_bits` wide if given, else just wide enough for the
     /// highest held packet, capped at `max_bits`.
@@ -511,15 +535,16 @@ mod tests {
 
     #[test]
     fn window_bounds_the_buffer() {
-        // Room for 4 packets of 10 bytes.
-        let mut a = Assembler::new(40, 10);
+        // Room for 4 packets of 10 bytes, each charged as held behind a hole.
+        let mut a = Assembler::new(4 * (10 + SLOT_COST), 10);
         assert_eq!(a.window(), 4);
         assert_eq!(a.insert(4, &[0; 10], false), Arrival::BeyondWindow);
-        for seq in 0..3 {
-            a.insert(seq, &[0; 10], false);
+        // The window's worth behind a hole all fits.
+        for seq in 1..4 {
+            assert_eq!(a.insert(seq, &[0; 10], false), Arrival::OutOfOrder);
         }
-        assert_eq!(a.window(), 1, "30 unread bytes leave one packet of room");
-        assert_eq!(a.insert(4, &[0; 10], false), Arrival::BeyondWindow);
+        assert_eq!(a.insert(0, &[0; 10], false), Arrival::InOrder);
+        assert_eq!(a.window(), 3, "40 unread bytes leave room for three more packets held");
         let mut buf = [0u8; 64];
         a.read(&mut buf);
         assert_eq!(a.window(), 4);

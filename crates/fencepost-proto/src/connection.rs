@@ -25,7 +25,7 @@ use crate::time::{Duration, Instant};
 use crate::timer::{Timer, TimerTable};
 use crate::trace::{LossTrigger, TraceEvent};
 use crate::fec;
-use crate::wire::{self, Ack, AckFrequency, Body, Close, Feedback, Handshake, HandshakePhase, Header, Keepalive, Packet, PacketType, Repair, Reset, ResetReason, SecureHandshake, StatelessReset};
+use crate::wire::{self, Ack, AckFrequency, Body, Close, FarAck, Feedback, Handshake, HandshakePhase, Header, Keepalive, Packet, PacketType, Repair, Reset, ResetReason, SecureHandshake, StatelessReset};
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
@@ -40,6 +40,9 @@ const MAX_HANDSHAKE_COPIES: u32 = 3;
 
 /// The most probes one retransmission timeout sends past the window.
 const MAX_TIMEOUT_PROBES: u64 = 16;
+/// Far acks that may follow one ack: with them an ack describes up to this many more
+/// bitmaps' worth of sequence numbers past its fence base (see [`FarAck`]).
+const MAX_FAR_ACKS: u64 = 3;
 /// Most ack-eliciting packets an ack covers in a request/reply exchange (see `ack_every_now`).
 const ALTERNATING_ACK_STRETCH: u32 = 8;
 
@@ -307,6 +310,11 @@ pub struct Connection {
     payload_size: usize,
     peer_fence_base: u64,
     peer_window: u64,
+    /// Sender: the fence base of the latest ack taken, and the first sequence number
+    /// neither it nor the far acks taken after it describe; a far ack counts only as
+    /// their continuation.
+    described_base: u64,
+    described_to: u64,
     rto_backoff: u32,
     /// Start of the current congestion episode: losses of packets sent before it belong to it.
     recovery_start: Option<Instant>,
@@ -361,6 +369,10 @@ pub struct Connection {
     /// `fence_base + window` as last advertised.
     advertised_edge: u64,
     bitmap_scratch: Vec<u8>,
+    /// Receiver: where the next far ack starts, the fence base of the ack it follows, and
+    /// how many more may follow that ack.
+    far_ack_next: Option<(u64, u64)>,
+    far_acks_left: u64,
     readable_signalled: bool,
     finish_signalled: bool,
     /// Rebuilds lost data from the peer's repair packets; made when the handshake says the
@@ -477,6 +489,8 @@ impl Connection {
             payload_size: config.max_payload as usize,
             peer_fence_base: 0,
             peer_window: 1,
+            described_base: 0,
+            described_to: 0,
             rto_backoff: 0,
             recovery_start: None,
             window_recovery_point: None,
@@ -512,6 +526,8 @@ impl Connection {
             last_rx_time: now,
             last_rx_any: now,
             bitmap_scratch: Vec::new(),
+            far_ack_next: None,
+            far_acks_left: 0,
             readable_signalled: false,
             finish_signalled: false,
             fec_decoder: None,
@@ -725,7 +741,13 @@ impl Connection {
     /// Something is due to be sent at once (an ack, a handshake, a probe): a driver
     /// that sleeps between inputs should call `poll_transmit` now.
     pub fn wants_transmit(&self) -> bool {
-        self.ack_now || self.handshake_due || self.keepalive_due || self.reset_due.is_some() || self.redundancy.has_repair() || self.ack_frequency_due.is_some()
+        self.ack_now
+            || self.far_ack_next.is_some()
+            || self.handshake_due
+            || self.keepalive_due
+            || self.reset_due.is_some()
+            || self.redundancy.has_repair()
+            || self.ack_frequency_due.is_some()
     }
 
     /// An ack is due at once (one for the peer's FIN among them): the next `poll_transmit`
@@ -999,6 +1021,11 @@ impl Connection {
                 self.trace_received(now, PacketType::Ack, None, datagram.len());
                 self.on_ack(now, &ack);
                 self.plan_ack_frequency();
+            }
+            Body::FarAck(far) => {
+                self.confirm_server(now);
+                self.trace_received(now, PacketType::FarAck, None, datagram.len());
+                self.on_far_ack(now, &far);
             }
             Body::AckFrequency(request) => {
                 self.confirm_server(now);
@@ -1274,6 +1301,11 @@ impl Connection {
         }
         if self.ack_now {
             return self.emit_ack(now, buf);
+        }
+        if let Some((start, base)) = self.far_ack_next {
+            if let Some(transmit) = self.emit_far_ack(now, buf, start, base) {
+                return Some(transmit);
+            }
         }
         if let Some(packets) = self.ack_frequency_due.take() {
             self.ack_frequency_asked = packets;
@@ -1555,15 +1587,53 @@ impl Connection {
             self.peer_window = ack.window as u64;
         }
         self.take_rtt_sample(now, ack.echo_timestamp, ack.ack_delay);
-
-        let mut newly_acked = 0u64;
-        let mut spurious = 0u64;
-        let mut reordered = false;
+        self.described_base = fence_base;
+        self.described_to = fence_base + 1 + ack.bitmap.len() as u64 * 8;
         // The ack was written on receipt of the packet this timestamp names; if that
         // packet left before our latest retransmission of something the ack covers,
         // the receiver had the original: the retransmission was spurious (RFC 8985 uses
         // DSACK for the same purpose).
         let echoed_sent = self.instant_of_timestamp(now, ack.echo_timestamp);
+        self.apply_fence(now, lowest, fence_base, fence_base, ack.bitmap, echoed_sent, true, ack.far_follows);
+    }
+
+    /// The fence beyond the latest ack's bitmap (see [`FarAck`]). Taken only as the
+    /// continuation of what that ack and the far acks after it described: one whose ack
+    /// was lost, or that came out of order, would leave a stretch described by nothing,
+    /// and the packets in it would read as lost. It carries no timestamp (no RTT sample,
+    /// no proof of a needless retransmission) and no window.
+    fn on_far_ack(&mut self, now: Instant, far: &FarAck<'_>) {
+        if self.state == State::Handshake {
+            self.stats.protocol_violations += 1;
+            return;
+        }
+        let lowest = self.disassembler.lowest_unacked();
+        let fence_base = wire::expand_seq(far.fence_base, lowest);
+        let start = wire::expand_seq(far.start, fence_base + 1);
+        if fence_base > self.disassembler.next_seq() || start <= fence_base || start > self.disassembler.next_seq() {
+            // Describes packets never sent, or the fence base itself.
+            self.stats.protocol_violations += 1;
+            return;
+        }
+        if fence_base != self.described_base || start != self.described_to || self.config.arq != Arq::Fence {
+            return;
+        }
+        self.described_to = start + far.bitmap.len() as u64 * 8;
+        self.apply_fence(now, lowest, fence_base, start - 1, far.bitmap, None, false, far.far_follows);
+    }
+
+    /// What an ack (`is_ack`) or a far ack says, applied: everything below `fence_base`
+    /// and each packet `bitmap_base + 1 + i` whose bit `i` is set arrived; then loss
+    /// detection, the controller's batch and the writer's room. `lowest` is the lowest
+    /// unacknowledged packet before it. While a far ack is to follow (`far_follows`),
+    /// loss detection waits for it: packets beyond this bitmap may have arrived before
+    /// packets it acknowledges (a hole's retransmission, sent after them), and only the
+    /// far ack says so; judged now, they read as lost.
+    #[allow(clippy::too_many_arguments)]
+    fn apply_fence(&mut self, now: Instant, lowest: u64, fence_base: u64, bitmap_base: u64, bitmap: &[u8], echoed_sent: Option<Instant>, is_ack: bool, far_follows: bool) {
+        let mut newly_acked = 0u64;
+        let mut spurious = 0u64;
+        let mut reordered = false;
         let mut newly_acked_bytes = 0u64;
         {
             let Connection { disassembler, controller, rtt, delivery, .. } = self;
@@ -1581,12 +1651,13 @@ impl Connection {
             };
             disassembler.ack_below(fence_base, echoed_sent, &mut on_acked);
             if self.config.arq == Arq::Fence {
-                disassembler.ack_bitmap(fence_base, ack.bitmap, echoed_sent, &mut on_acked);
+                disassembler.ack_bitmap(bitmap_base, bitmap, echoed_sent, &mut on_acked);
             }
         }
         if self.config.trace {
-            let bitmap_received = ack.received_offsets().count() as u32;
-            let fence_top = ack.received_offsets().last().map_or(fence_base.saturating_sub(1), |i| fence_base + 1 + i as u64);
+            let offsets = || wire::bitmap_offsets(bitmap);
+            let bitmap_received = offsets().count() as u32;
+            let fence_top = offsets().last().map_or(fence_base.saturating_sub(1), |i| bitmap_base + 1 + i as u64);
             self.trace.push(TraceEvent::AckReceived { time: now, fence_base, fence_top, bitmap_received, newly_acked });
         }
         if newly_acked > 0 {
@@ -1604,7 +1675,7 @@ impl Connection {
         }
 
         let advanced = fence_base > lowest;
-        let duplicate = !advanced && fence_base == lowest && self.disassembler.has_outstanding();
+        let duplicate = is_ack && !advanced && fence_base == lowest && self.disassembler.has_outstanding();
         if duplicate {
             self.stats.duplicate_acks_received += 1;
             self.controller.on_duplicate_ack(now);
@@ -1612,6 +1683,7 @@ impl Connection {
         let lost_before = self.delivery.lost();
         if self.config.send_policy == SendPolicy::Continuous {
             match self.config.arq {
+                Arq::Fence if far_follows => {}
                 Arq::Fence => self.detect_losses(now),
                 Arq::Window => self.window_recovery(now, advanced, duplicate),
             }
@@ -1952,9 +2024,14 @@ impl Connection {
         };
         let window = self.assembler.window();
         let fence_base = self.assembler.fence_base();
+        // Packets held beyond what the bitmap reaches: far acks follow, in this same round.
+        let described_to = fence_base + 1 + bitmap.len() as u64 * 8;
+        let far = matches!(self.config.fence_width, FenceWidth::UpTo(_)) && self.assembler.highest_held().is_some_and(|h| h >= described_to);
+        self.far_ack_next = far.then_some((described_to, fence_base));
+        self.far_acks_left = MAX_FAR_ACKS;
         let packet = Packet {
             dst_cid: self.peer_cid,
-            body: Body::Ack(Ack { fence_base: fence_base as u32, echo_timestamp: self.last_rx_timestamp, ack_delay, window, bitmap: &bitmap }),
+            body: Body::Ack(Ack { fence_base: fence_base as u32, echo_timestamp: self.last_rx_timestamp, ack_delay, window, bitmap: &bitmap, far_follows: far }),
         };
         let transmit = self.emit(now, &packet, buf, None, false);
         self.bitmap_scratch = bitmap;
@@ -1965,6 +2042,36 @@ impl Connection {
         self.eliciting_since_ack = 0;
         self.timers.stop(Timer::Ack);
         self.advertised_edge = fence_base + window as u64;
+        transmit
+    }
+
+    /// The fence from `start` on, continuing the ack just sent (whose fence base was
+    /// `base`), as wide as a datagram holds; queues the next one while packets are held
+    /// beyond it, up to [`MAX_FAR_ACKS`] after one ack.
+    fn emit_far_ack(&mut self, now: Instant, buf: &mut [u8], start: u64, base: u64) -> Option<Transmit> {
+        self.far_ack_next = None;
+        let room_bits = (buf.len().min(self.config.max_datagram()).saturating_sub(wire::FAR_ACK_FIXED_LEN) * 8) as u32;
+        let max_bits = match self.config.fence_width {
+            FenceWidth::UpTo(bits) => bits.min(room_bits),
+            FenceWidth::Exact(_) => return None,
+        };
+        let mut bitmap = std::mem::take(&mut self.bitmap_scratch);
+        self.assembler.far_bitmap(start, max_bits, &mut bitmap);
+        if bitmap.is_empty() || self.assembler.fence_base() != base {
+            // The fence moved since the ack (or nothing is held there now): the next ack says it all.
+            self.bitmap_scratch = bitmap;
+            return None;
+        }
+        let next = start + bitmap.len() as u64 * 8;
+        self.far_acks_left = self.far_acks_left.saturating_sub(1);
+        if self.far_acks_left > 0 && self.assembler.highest_held().is_some_and(|h| h >= next) {
+            self.far_ack_next = Some((next, base));
+        }
+        let far_follows = self.far_ack_next.is_some();
+        let packet = Packet { dst_cid: self.peer_cid, body: Body::FarAck(FarAck { fence_base: base as u32, start: start as u32, bitmap: &bitmap, far_follows }) };
+        let transmit = self.emit(now, &packet, buf, None, false);
+        self.bitmap_scratch = bitmap;
+        self.stats.far_acks_sent += u64::from(transmit.is_some());
         transmit
     }
 
@@ -2077,15 +2184,16 @@ impl Connection {
     }
 
     /// Packets from the peer's fence base on that its acks can describe: the base and
-    /// one bit each for what fits in its ack datagram (small packets mean small acks).
-    /// Sending past it leaves packets that no ack can confirm or show missing.
+    /// one bit each for what fits in its ack datagram (small packets mean small acks),
+    /// and as much again in each of the far acks that may follow an ack. Sending past it
+    /// leaves packets that no ack can confirm or show missing.
     fn ack_span(&self) -> u64 {
         match self.config.fence_width {
             FenceWidth::UpTo(bits) => {
                 // The peer's datagrams are at least as large as the payload both agreed on.
                 let datagram = wire::DATA_OVERHEAD + self.payload_size + self.config.protection.overhead();
                 let room = (datagram.saturating_sub(wire::ACK_FIXED_LEN) * 8) as u64;
-                1 + room.min(bits as u64)
+                1 + room.min(bits as u64) * (1 + MAX_FAR_ACKS)
             }
             // The seed profile's fixed fence bounds each send round itself.
             FenceWidth::Exact(_) => u64::MAX,

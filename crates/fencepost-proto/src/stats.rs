@@ -19,6 +19,8 @@ pub struct ConnectionStats {
     pub feedback_sent: u64,
     /// Requests for an ack frequency sent to the peer (a data sender's, when its flight grows or shrinks).
     pub ack_frequency_requests_sent: u64,
+    /// Far acks sent: the fence beyond an ack's bitmap, while packets were held that far out.
+    pub far_acks_sent: u64,
 
     pub packets_received: u64,
     pub bytes_received: u64,

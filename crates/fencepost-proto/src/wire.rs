@@ -37,6 +37,8 @@ pub const REPAIR_OVERHEAD: usize = HEADER_LEN + 7;
 pub const FEEDBACK_LEN: usize = HEADER_LEN + 16;
 /// Header + sequence number of the request (4) + packets per ack (2).
 pub const ACK_FREQUENCY_LEN: usize = HEADER_LEN + 6;
+/// A far ack without its bitmap: the header, `fence_base`, `start` and `bitmap_len`.
+pub const FAR_ACK_FIXED_LEN: usize = HEADER_LEN + 10;
 /// Smallest payload a peer may announce; below it a data packet is mostly header.
 pub const MIN_PAYLOAD: u16 = 16;
 
@@ -58,6 +60,8 @@ pub enum PacketType {
     Feedback = 9,
     /// A sender's request for how often the peer acks its data.
     AckFrequency = 10,
+    /// The fence continued past what one ack's bitmap holds.
+    FarAck = 11,
 }
 
 impl PacketType {
@@ -73,6 +77,7 @@ impl PacketType {
             8 => PacketType::Repair,
             9 => PacketType::Feedback,
             10 => PacketType::AckFrequency,
+            11 => PacketType::FarAck,
             _ => return None,
         })
     }
@@ -186,15 +191,22 @@ pub struct Ack<'a> {
     /// Packets the receiver will accept, counted from `fence_base`.
     pub window: u32,
     pub bitmap: &'a [u8],
+    /// A far ack follows: the fence goes on past this bitmap (bit 15 of `bitmap_len`).
+    pub far_follows: bool,
 }
 
 impl<'a> Ack<'a> {
     /// Offsets `i` (sequence `fence_base + 1 + i`) whose bit is set, in increasing order.
     pub fn received_offsets(&self) -> impl Iterator<Item = u32> + 'a {
-        self.bitmap.iter().enumerate().flat_map(|(byte_index, &byte)| {
-            (0..8u32).filter(move |bit| byte & (1 << bit) != 0).map(move |bit| byte_index as u32 * 8 + bit)
-        })
+        bitmap_offsets(self.bitmap)
     }
+}
+
+/// The offsets of a fence bitmap's set bits (byte `i / 8`, bit `i % 8`), in increasing order.
+pub fn bitmap_offsets(bitmap: &[u8]) -> impl Iterator<Item = u32> + '_ {
+    bitmap.iter().enumerate().flat_map(|(byte_index, &byte)| {
+        (0..8u32).filter(move |bit| byte & (1 << bit) != 0).map(move |bit| byte_index as u32 * 8 + bit)
+    })
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -255,6 +267,20 @@ pub struct AckFrequency {
     pub packets: u16,
 }
 
+/// The fence beyond an ack's bitmap, sent right after the ack when the receiver holds
+/// packets further from `fence_base` than that bitmap reaches: bit `i` of `bitmap` says
+/// whether sequence number `start + i` arrived. `fence_base` is the ack's, so that the
+/// sender applies it only after the ack it continues.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FarAck<'a> {
+    pub fence_base: u32,
+    /// Low 32 bits of the sequence number bit 0 describes (expanded against `fence_base`).
+    pub start: u32,
+    pub bitmap: &'a [u8],
+    /// Another far ack follows (bit 15 of `bitmap_len`).
+    pub far_follows: bool,
+}
+
 /// Proves liveness when there is nothing else to send; the peer answers with an ack.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Keepalive {
@@ -272,6 +298,7 @@ pub enum Body<'a> {
     Repair(Repair<'a>),
     Feedback(Feedback),
     AckFrequency(AckFrequency),
+    FarAck(FarAck<'a>),
 }
 
 /// One parsed packet. Borrowing from the datagram keeps parsing allocation-free.
@@ -358,11 +385,11 @@ impl<'a> Packet<'a> {
                 let echo_timestamp = r.u32();
                 let ack_delay = r.u32();
                 let window = r.u32();
-                let bitmap_len = r.u16() as usize;
+                let (bitmap_len, far_follows) = split_bitmap_len(r.u16());
                 r.need(bitmap_len)?;
                 let bitmap = r.take(bitmap_len);
                 r.finish()?;
-                Body::Ack(Ack { fence_base, echo_timestamp, ack_delay, window, bitmap })
+                Body::Ack(Ack { fence_base, echo_timestamp, ack_delay, window, bitmap, far_follows })
             }
             PacketType::Close => {
                 r.need(CLOSE_LEN - HEADER_LEN)?;
@@ -408,6 +435,19 @@ impl<'a> Packet<'a> {
                 }
                 Body::AckFrequency(request)
             }
+            PacketType::FarAck => {
+                r.need(FAR_ACK_FIXED_LEN - HEADER_LEN)?;
+                let fence_base = r.u32();
+                let start = r.u32();
+                let (bitmap_len, far_follows) = split_bitmap_len(r.u16());
+                if bitmap_len == 0 {
+                    return Err(DecodeError::InvalidField("bitmap_len"));
+                }
+                r.need(bitmap_len)?;
+                let bitmap = r.take(bitmap_len);
+                r.finish()?;
+                Body::FarAck(FarAck { fence_base, start, bitmap, far_follows })
+            }
             PacketType::StatelessReset => unreachable!("Header::peek refuses type 7 in version 1"),
         };
         if header.dst_cid == 0 && !matches!(body, Body::Handshake(_)) {
@@ -427,6 +467,7 @@ impl<'a> Packet<'a> {
             Body::Repair(_) => PacketType::Repair,
             Body::Feedback(_) => PacketType::Feedback,
             Body::AckFrequency(_) => PacketType::AckFrequency,
+            Body::FarAck(_) => PacketType::FarAck,
         }
     }
 
@@ -441,6 +482,7 @@ impl<'a> Packet<'a> {
             Body::Repair(r) => REPAIR_OVERHEAD + r.symbol.len(),
             Body::Feedback(_) => FEEDBACK_LEN,
             Body::AckFrequency(_) => ACK_FREQUENCY_LEN,
+            Body::FarAck(a) => FAR_ACK_FIXED_LEN + a.bitmap.len(),
         }
     }
 
@@ -470,7 +512,7 @@ impl<'a> Packet<'a> {
                 w.bytes(d.payload);
             }
             Body::Ack(a) => {
-                let bitmap_len = u16::try_from(a.bitmap.len()).map_err(|_| EncodeError::FieldTooLarge("bitmap"))?;
+                let bitmap_len = join_bitmap_len(a.bitmap.len(), a.far_follows)?;
                 w.u32(a.fence_base);
                 w.u32(a.echo_timestamp);
                 w.u32(a.ack_delay);
@@ -499,10 +541,29 @@ impl<'a> Packet<'a> {
                 w.u32(a.sequence);
                 w.u16(a.packets);
             }
+            Body::FarAck(a) => {
+                let bitmap_len = join_bitmap_len(a.bitmap.len(), a.far_follows)?;
+                w.u32(a.fence_base);
+                w.u32(a.start);
+                w.u16(bitmap_len);
+                w.bytes(a.bitmap);
+            }
         }
         debug_assert_eq!(w.pos, len);
         Ok(len)
     }
+}
+
+/// Bit 15 of an ack's or far ack's `bitmap_len` says a far ack follows; the rest is the length.
+const FAR_FOLLOWS: u16 = 0x8000;
+
+fn split_bitmap_len(raw: u16) -> (usize, bool) {
+    (usize::from(raw & !FAR_FOLLOWS), raw & FAR_FOLLOWS != 0)
+}
+
+fn join_bitmap_len(len: usize, far_follows: bool) -> Result<u16, EncodeError> {
+    let len = u16::try_from(len).ok().filter(|&l| l & FAR_FOLLOWS == 0).ok_or(EncodeError::FieldTooLarge("bitmap"))?;
+    Ok(if far_follows { len | FAR_FOLLOWS } else { len })
 }
 
 /// Writes a data packet's header in place in front of a payload the caller already
@@ -837,6 +898,7 @@ mod tests {
         ("repair", "01 08 11223344 02 00000007 10 03 a1b2c3"),
         ("feedback", "01 09 0a0b0c0d 0000000000000080 0000000000000009"),
         ("ack-frequency", "01 0a 11223344 00000003 0010"),
+        ("far-ack", "01 0b 0a0b0c0d 00000005 00002006 0002 0180"),
     ];
 
     fn vector(name: &str) -> &'static str {
@@ -883,14 +945,14 @@ mod tests {
             vector("data"),
         );
         let bitmap = [0x0d, 0x00, 0x00, 0x80];
-        let ack = Ack { fence_base: 5, echo_timestamp: 1000, ack_delay: 250, window: 32, bitmap: &bitmap };
+        let ack = Ack { fence_base: 5, echo_timestamp: 1000, ack_delay: 250, window: 32, bitmap: &bitmap, far_follows: false };
         // Bits 0, 2, 3 and 31 are set: sequence numbers 6, 8, 9 and 37 arrived.
         assert_eq!(ack.received_offsets().collect::<Vec<_>>(), vec![0, 2, 3, 31]);
         roundtrip(Packet { dst_cid: 0x0a0b0c0d, body: Body::Ack(ack) }, vector("ack-seed"));
         roundtrip(
             Packet {
                 dst_cid: 0x0a0b0c0d,
-                body: Body::Ack(Ack { fence_base: 0, echo_timestamp: 0, ack_delay: 0, window: 64, bitmap: &[] }),
+                body: Body::Ack(Ack { fence_base: 0, echo_timestamp: 0, ack_delay: 0, window: 64, bitmap: &[], far_follows: false }),
             },
             vector("ack-empty"),
         );
@@ -917,6 +979,16 @@ mod tests {
         assert_eq!(Packet::parse(&hex("01 0a 11223344 00000003 0000")), Err(DecodeError::InvalidField("packets")));
         assert!(Packet::parse(&hex("01 0a 11223344 00000003 00")).is_err(), "truncated");
         assert!(Packet::parse(&hex("01 0a 11223344 00000003 0010 00")).is_err(), "trailing byte");
+        // Fence base 5; bits 0 and 15 from 8198: sequence numbers 8198 and 8213 arrived.
+        roundtrip(Packet { dst_cid: 0x0a0b0c0d, body: Body::FarAck(FarAck { fence_base: 5, start: 8198, bitmap: &[0x01, 0x80], far_follows: false }) }, vector("far-ack"));
+        // Bit 15 of the length: another far ack follows.
+        let far = Packet { dst_cid: 0x0a0b0c0d, body: Body::FarAck(FarAck { fence_base: 5, start: 8198, bitmap: &[0x01, 0x80], far_follows: true }) };
+        roundtrip(far, "01 0b 0a0b0c0d 00000005 00002006 8002 0180");
+        let ack = Packet { dst_cid: 0x0a0b0c0d, body: Body::Ack(Ack { fence_base: 5, echo_timestamp: 1000, ack_delay: 250, window: 32, bitmap: &bitmap, far_follows: true }) };
+        roundtrip(ack, "01 03 0a0b0c0d 00000005 000003e8 000000fa 00000020 8004 0d000080");
+        assert_eq!(Packet::parse(&hex("01 0b 0a0b0c0d 00000005 00002006 0000")), Err(DecodeError::InvalidField("bitmap_len")));
+        assert!(Packet::parse(&hex("01 0b 0a0b0c0d 00000005 00002006 0002 01")).is_err(), "truncated");
+        assert!(Packet::parse(&hex("01 0b 0a0b0c0d 00000005 00002006 0001 01 00")).is_err(), "trailing byte");
     }
 
     #[test]
@@ -971,7 +1043,7 @@ mod tests {
     fn malformed_packets_are_typed_errors() {
         assert_eq!(Packet::parse(&[]), Err(DecodeError::Truncated { needed: 6, got: 0 }));
         assert_eq!(Packet::parse(&hex("02 02 00000001 00000000 00000000")), Err(DecodeError::UnsupportedVersion(2)));
-        assert_eq!(Packet::parse(&hex("01 0b 00000001")), Err(DecodeError::UnknownType(11)));
+        assert_eq!(Packet::parse(&hex("01 0c 00000001")), Err(DecodeError::UnknownType(12)));
         // A data packet with the connection id 0 is never valid.
         assert_eq!(
             Packet::parse(&hex("01 02 00000000 00000000 00000000")),
