@@ -10,7 +10,6 @@ use std::sync::Arc;
 /// counted so that tiny payloads cannot hold much more memory than they are charged for.
 pub const SLOT_COST: usize = 64;
 
-
 /// An endpoint-wide limit on received data held in memory, shared by its connections'
 /// assemblers. A packet that would be held out of order is refused when the budget is
 /// spent; the packet that fills a connection's first hole is always taken, so every
