@@ -274,7 +274,7 @@ pub struct AckFrequency {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FarAck<'a> {
     pub fence_base: u32,
-    /// Low 32 bits of the sequence number bit 0 describes (expanded against `fence_base`).
+    /// Low 32 bits of the sequence number bit 0 describes (expanded against `fence_base + 1`).
     pub start: u32,
     pub bitmap: &'a [u8],
     /// Another far ack follows (bit 15 of `bitmap_len`).
