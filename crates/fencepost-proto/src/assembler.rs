@@ -342,41 +342,35 @@ impl Assembler {
         out.clear();
         let Some(highest) = self.highest_held().filter(|&h| h >= start && start > self.fence_base) else { return };
         let bits = (highest - start + 1).min(u64::from(max_bits)) as usize;
-        out.resize(bits.div_ceil(8), 0);
-        for (k, chunk) in out.chunks_mut(8).enumerate() {
-            let word = self.held_word(start + 64 * k as u64).to_le_bytes();
-            chunk.copy_from_slice(&word[..chunk.len()]);
-        }
-        // Bits past `bits` in the last byte describe packets beyond the highest held or
-        // the cap: clear, they read as not (yet) arrived.
-        if bits % 8 != 0 {
-            let last = out.len() - 1;
-            out[last] &= (1u8 << (bits % 8)) - 1;
-        }
+        self.write_held_bits(start, bits, out);
     }
 
     /// Writes the fence bitmap (bit `i` = sequence `fence_base + 1 + i` held) into
     /// `out`: exactly `exact_bits` wide if given, else just wide enough for the
     /// highest held packet, capped at `max_bits`.
     pub fn fence_bitmap(&self, exact_bits: Option<u32>, max_bits: u32, out: &mut Vec<u8>) {
-        out.clear();
         let needed_bits = match exact_bits {
             Some(bits) => bits as usize,
             None => self.slots.len().saturating_sub(1).min(max_bits as usize),
         };
-        out.resize(needed_bits.div_ceil(8), 0);
+        self.write_held_bits(self.fence_base + 1, needed_bits, out);
+    }
+
+    /// Replaces `out` with `bits` bits, bit `i` set when sequence `first + i` is held out
+    /// of order; bits past `bits` in the last byte stay clear (they read as not arrived).
+    fn write_held_bits(&self, first: u64, bits: usize, out: &mut Vec<u8>) {
+        out.clear();
+        out.resize(bits.div_ceil(8), 0);
         if self.held == 0 {
             return;
         }
-        let first = self.fence_base + 1;
         for (k, chunk) in out.chunks_mut(8).enumerate() {
-            let bits = self.held_word(first + 64 * k as u64).to_le_bytes();
-            chunk.copy_from_slice(&bits[..chunk.len()]);
+            let word = self.held_word(first + 64 * k as u64).to_le_bytes();
+            chunk.copy_from_slice(&word[..chunk.len()]);
         }
-        // Bits past the width stay clear.
-        if needed_bits % 8 != 0 {
+        if bits % 8 != 0 {
             if let Some(last) = out.last_mut() {
-                *last &= (1u8 << (needed_bits % 8)) - 1;
+                *last &= (1u8 << (bits % 8)) - 1;
             }
         }
     }

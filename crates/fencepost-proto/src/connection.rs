@@ -43,6 +43,15 @@ const MAX_TIMEOUT_PROBES: u64 = 16;
 /// Far acks that may follow one ack: with them an ack describes up to this many more
 /// bitmaps' worth of sequence numbers past its fence base (see [`FarAck`]).
 const MAX_FAR_ACKS: u64 = 3;
+
+/// A far ack to send: it starts at `start`, continues the ack whose fence base was
+/// `base`, and it and those after it may number `left`.
+#[derive(Clone, Copy, Debug)]
+struct FarAckDue {
+    start: u64,
+    base: u64,
+    left: u64,
+}
 /// Most ack-eliciting packets an ack covers in a request/reply exchange (see `ack_every_now`).
 const ALTERNATING_ACK_STRETCH: u32 = 8;
 
@@ -369,10 +378,8 @@ pub struct Connection {
     /// `fence_base + window` as last advertised.
     advertised_edge: u64,
     bitmap_scratch: Vec<u8>,
-    /// Receiver: where the next far ack starts, the fence base of the ack it follows, and
-    /// how many more may follow that ack.
-    far_ack_next: Option<(u64, u64)>,
-    far_acks_left: u64,
+    /// Receiver: the far ack due next, if the last ack left packets held beyond its bitmap.
+    far_ack_next: Option<FarAckDue>,
     readable_signalled: bool,
     finish_signalled: bool,
     /// Rebuilds lost data from the peer's repair packets; made when the handshake says the
@@ -527,7 +534,6 @@ impl Connection {
             last_rx_any: now,
             bitmap_scratch: Vec::new(),
             far_ack_next: None,
-            far_acks_left: 0,
             readable_signalled: false,
             finish_signalled: false,
             fec_decoder: None,
@@ -1302,8 +1308,8 @@ impl Connection {
         if self.ack_now {
             return self.emit_ack(now, buf);
         }
-        if let Some((start, base)) = self.far_ack_next {
-            if let Some(transmit) = self.emit_far_ack(now, buf, start, base) {
+        if let Some(due) = self.far_ack_next {
+            if let Some(transmit) = self.emit_far_ack(now, buf, due) {
                 return Some(transmit);
             }
         }
@@ -2009,8 +2015,13 @@ impl Connection {
         self.emit(now, &Packet { dst_cid, body: Body::Handshake(hs) }, buf, None, false)
     }
 
+    /// Bits of bitmap that fit in `buf` (at most one datagram) after `fixed_len` bytes.
+    fn bitmap_room_bits(&self, buf: &[u8], fixed_len: usize) -> u32 {
+        (buf.len().min(self.config.max_datagram()).saturating_sub(fixed_len) * 8) as u32
+    }
+
     fn emit_ack(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        let room_bits = (buf.len().min(self.config.max_datagram()).saturating_sub(wire::ACK_FIXED_LEN) * 8) as u32;
+        let room_bits = self.bitmap_room_bits(buf, wire::ACK_FIXED_LEN);
         let (exact, max_bits) = match self.config.fence_width {
             FenceWidth::Exact(bits) => (Some(bits.min(room_bits)), bits),
             FenceWidth::UpTo(bits) => (None, bits.min(room_bits)),
@@ -2027,8 +2038,7 @@ impl Connection {
         // Packets held beyond what the bitmap reaches: far acks follow, in this same round.
         let described_to = fence_base + 1 + bitmap.len() as u64 * 8;
         let far = matches!(self.config.fence_width, FenceWidth::UpTo(_)) && self.assembler.highest_held().is_some_and(|h| h >= described_to);
-        self.far_ack_next = far.then_some((described_to, fence_base));
-        self.far_acks_left = MAX_FAR_ACKS;
+        self.far_ack_next = far.then_some(FarAckDue { start: described_to, base: fence_base, left: MAX_FAR_ACKS });
         let packet = Packet {
             dst_cid: self.peer_cid,
             body: Body::Ack(Ack { fence_base: fence_base as u32, echo_timestamp: self.last_rx_timestamp, ack_delay, window, bitmap: &bitmap, far_follows: far }),
@@ -2045,14 +2055,14 @@ impl Connection {
         transmit
     }
 
-    /// The fence from `start` on, continuing the ack just sent (whose fence base was
-    /// `base`), as wide as a datagram holds; queues the next one while packets are held
-    /// beyond it, up to [`MAX_FAR_ACKS`] after one ack.
-    fn emit_far_ack(&mut self, now: Instant, buf: &mut [u8], start: u64, base: u64) -> Option<Transmit> {
+    /// The fence from `due.start` on, continuing the ack just sent, as wide as a datagram
+    /// holds; queues the next one while packets are held beyond it, up to [`MAX_FAR_ACKS`]
+    /// after one ack.
+    fn emit_far_ack(&mut self, now: Instant, buf: &mut [u8], due: FarAckDue) -> Option<Transmit> {
         self.far_ack_next = None;
-        let room_bits = (buf.len().min(self.config.max_datagram()).saturating_sub(wire::FAR_ACK_FIXED_LEN) * 8) as u32;
+        let FarAckDue { start, base, left } = due;
         let max_bits = match self.config.fence_width {
-            FenceWidth::UpTo(bits) => bits.min(room_bits),
+            FenceWidth::UpTo(bits) => bits.min(self.bitmap_room_bits(buf, wire::FAR_ACK_FIXED_LEN)),
             FenceWidth::Exact(_) => return None,
         };
         let mut bitmap = std::mem::take(&mut self.bitmap_scratch);
@@ -2063,9 +2073,8 @@ impl Connection {
             return None;
         }
         let next = start + bitmap.len() as u64 * 8;
-        self.far_acks_left = self.far_acks_left.saturating_sub(1);
-        if self.far_acks_left > 0 && self.assembler.highest_held().is_some_and(|h| h >= next) {
-            self.far_ack_next = Some((next, base));
+        if left > 1 && self.assembler.highest_held().is_some_and(|h| h >= next) {
+            self.far_ack_next = Some(FarAckDue { start: next, base, left: left - 1 });
         }
         let far_follows = self.far_ack_next.is_some();
         let packet = Packet { dst_cid: self.peer_cid, body: Body::FarAck(FarAck { fence_base: base as u32, start: start as u32, bitmap: &bitmap, far_follows }) };

@@ -593,6 +593,9 @@ impl Bbr {
     /// 150 ms); outside ProbeBW, Startup's own queue builds fast enough to step (a hundred
     /// flows starting together over loopback fired it for some of them).
     fn note_path_length(&mut self, previous_round_min: Option<Duration>, bytes_in_flight: u64) {
+        if !self.tolerant() {
+            return;
+        }
         let probing_bw = self.mode == Mode::ProbeBw;
         if let (Some(before), Some(latest)) = (previous_round_min, self.last_round_min_rtt) {
             if probing_bw && latest.as_secs_f64() > STARTUP_GAIN * before.as_secs_f64() && latest.saturating_sub(before) > PATH_STEP_MIN {
@@ -600,7 +603,7 @@ impl Bbr {
             }
         }
         let stepped = self.rtt_step_round.is_some_and(|step| self.round <= step + 2 * u64::from(LENGTHENED_PATH_ROUNDS));
-        let lengthened = self.tolerant() && probing_bw && stepped && self.queue_exceeds_flight(bytes_in_flight);
+        let lengthened = probing_bw && stepped && self.queue_exceeds_flight(bytes_in_flight);
         self.lengthened_rounds = if lengthened { self.lengthened_rounds.saturating_add(1) } else { 0 };
     }
 
