@@ -40,6 +40,8 @@
 //!    so it is never forgiven: a sender too fast for a shallow queue sees its
 //!    0.75 round lose more, which lowers the corrected samples by a quarter
 //!    each cycle until the 0.75 round is below the bottleneck again.
+//!    Startup's packets stop counting as calm once Startup ends on excess
+//!    loss: its last rounds overflowed the queue, and that loss is not the path's.
 //! 3. **A probe ends when the queue shows.** The 1.25 round has at most half
 //!    the queueing target beyond one bandwidth-delay product in flight, and
 //!    also ends once the RTT has risen by half the target or after two round
@@ -131,6 +133,10 @@ fn queue_target(min_rtt: Duration) -> f64 {
 
 /// The controller's tag on packets sent in a calm phase ([`SentPacket::controller_state`]).
 const CALM: u64 = 1;
+/// The tag on packets sent in Startup: calm until Startup ends on excess loss. Then the
+/// last rounds' packets went out at up to [`STARTUP_GAIN`] times what the path carries,
+/// and their losses, still being found during Drain, are the overshoot's, not the path's.
+const STARTUP: u64 = 2;
 
 /// Which answer to loss the model gives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -249,6 +255,8 @@ pub struct Bbr {
     calm_acked: u64,
     calm_lost: u64,
     calm_seen: f64,
+    /// `tolerant`: Startup ended on excess loss, so packets tagged [`STARTUP`] no longer count as calm.
+    startup_overshot: bool,
     /// `tolerant`: the estimated loss rate of the path itself (`p̂`).
     random_loss: f64,
     /// `tolerant`: bytes acknowledged and lost over the round in progress.
@@ -307,6 +315,7 @@ impl Bbr {
             calm_acked: 0,
             calm_lost: 0,
             calm_seen: 0.0,
+            startup_overshot: false,
             random_loss: 0.0,
             round_acked: 0,
             round_lost: 0,
@@ -341,6 +350,11 @@ impl Bbr {
 
     fn tolerant(&self) -> bool {
         self.flavour == BbrFlavour::Tolerant
+    }
+
+    /// Whether a packet's fate tells of the path's own loss (see [`STARTUP`]).
+    fn counts_as_calm(&self, packet: &SentPacket) -> bool {
+        packet.controller_state == CALM || (packet.controller_state == STARTUP && !self.startup_overshot)
     }
 
     fn calm(&self) -> bool {
@@ -754,13 +768,17 @@ impl Bbr {
 impl Controller for Bbr {
     fn on_sent(&mut self, now: Instant, packet: &SentPacket, _bytes_in_flight: u64) -> u64 {
         self.pacer.on_sent(now, packet.bytes);
-        if self.calm() { CALM } else { 0 }
+        match self.mode {
+            Mode::Startup => STARTUP,
+            _ if self.calm() => CALM,
+            _ => 0,
+        }
     }
 
     fn on_ack(&mut self, _now: Instant, packet: &SentPacket, _rtt: &RttEstimator) {
         self.acked += packet.bytes;
         self.acked_delivered = Some(self.acked_delivered.map_or(packet.delivered, |d| d.max(packet.delivered)));
-        if packet.controller_state == CALM {
+        if self.counts_as_calm(packet) {
             self.calm_acked += packet.bytes;
         }
         if self.recovery_start.is_some_and(|start| packet.sent > start) {
@@ -772,7 +790,7 @@ impl Controller for Bbr {
     }
 
     fn on_packet_lost(&mut self, _now: Instant, packet: &SentPacket) {
-        if packet.controller_state == CALM {
+        if self.counts_as_calm(packet) {
             self.calm_lost += packet.bytes;
         }
     }
@@ -810,6 +828,7 @@ impl Controller for Bbr {
             if self.mode == Mode::Startup && enough && self.excess_loss(self.round_lost, resolved) {
                 // Doubling the rate raised the loss: the path is full, and that loss is the queue's.
                 self.filled_pipe = true;
+                self.startup_overshot = true;
                 self.calm_acked = 0;
                 self.calm_lost = 0;
             } else if self.congested_round() {
