@@ -56,6 +56,8 @@
 //! window), not four packets, which under heavy loss starve loss detection; it
 //! comes at once, not after 10 s, when the round trip steps up and stays above
 //! what the flow's own flight could queue (a path that got longer).
+//! A minimum RTT that expires falls back to the smallest RTT of the last 10 s,
+//! not to the next sample (which, on a link in a fade, carries the fade).
 //!
 //! docs/congestion.md has the state machine, the parameters and measurements.
 
@@ -212,6 +214,9 @@ pub struct Bbr {
     bw: f64,
     min_rtt: Option<Duration>,
     min_rtt_stamp: Instant,
+    /// `tolerant`: the smallest RTT of each second of the last [`MIN_RTT_WINDOW`] (when the
+    /// second began, and its minimum), oldest first: what a minimum that expires falls back to.
+    recent_rtt: std::collections::VecDeque<(Instant, Duration)>,
     probe_rtt_done: Option<Instant>,
     probe_rtt_round_done: bool,
     /// Round trips counted by delivery: a round ends when a packet sent after it began is acknowledged.
@@ -286,6 +291,7 @@ impl Bbr {
             bw: 0.0,
             min_rtt: None,
             min_rtt_stamp: Instant::ZERO,
+            recent_rtt: std::collections::VecDeque::new(),
             probe_rtt_done: None,
             probe_rtt_round_done: false,
             round: 0,
@@ -661,6 +667,22 @@ impl Bbr {
         ((f64::from(FULL_BW_ROUNDS) / delivered_share).ceil() as u32).clamp(FULL_BW_ROUNDS, MAX_QUIET_PLATEAU_ROUNDS)
     }
 
+    /// `tolerant`: keeps each second's smallest RTT for [`MIN_RTT_WINDOW`]. When the minimum
+    /// expires, BBR v1 takes the next sample in its place, and ProbeRTT can only lower it.
+    /// On a cellular link that all but stops for seconds (a fade in a driving trace), that
+    /// sample carried the fade: minima of 0.57, 2.5, 15 and 16.5 s sized every window, the
+    /// queue those windows built kept the RTT there, and RTT p95 reached 24 s.
+    fn note_recent_rtt(&mut self, now: Instant, sample: Duration) {
+        const SLOT: Duration = Duration::from_secs(1);
+        match self.recent_rtt.back_mut() {
+            Some((began, least)) if now < *began + SLOT => *least = (*least).min(sample),
+            _ => self.recent_rtt.push_back((now, sample)),
+        }
+        while self.recent_rtt.front().is_some_and(|&(began, _)| began + MIN_RTT_WINDOW < now) {
+            self.recent_rtt.pop_front();
+        }
+    }
+
     fn check_drain(&mut self, now: Instant, bytes_in_flight: u64) {
         if self.mode == Mode::Startup && self.filled_pipe {
             self.mode = Mode::Drain;
@@ -861,11 +883,22 @@ impl Controller for Bbr {
             }
         }
         self.bw = self.bw_filter.max(self.bw_round);
-        let min_rtt_expired = self.min_rtt.is_some() && (now > self.min_rtt_stamp + MIN_RTT_WINDOW || self.lengthened_rounds >= LENGTHENED_PATH_ROUNDS);
+        let lengthened = self.lengthened_rounds >= LENGTHENED_PATH_ROUNDS;
+        let min_rtt_expired = self.min_rtt.is_some() && (now > self.min_rtt_stamp + MIN_RTT_WINDOW || lengthened);
         if acked > 0 && rtt.has_sample() {
             let sample = rtt.latest();
-            if self.min_rtt.is_none_or(|m| sample <= m) || min_rtt_expired {
+            if self.tolerant() {
+                self.note_recent_rtt(now, sample);
+            }
+            if self.min_rtt.is_none_or(|m| sample <= m) {
                 self.min_rtt = Some(sample);
+                self.min_rtt_stamp = now;
+            } else if min_rtt_expired {
+                // `tolerant`: a minimum that merely aged gives way to the smallest RTT of the
+                // window, not to whatever this one sample carries (a longer path, which
+                // `lengthened` detects, is the exception: its new delay is every sample's).
+                let fallback = if self.tolerant() && !lengthened { self.recent_rtt.iter().map(|&(_, m)| m).min() } else { None };
+                self.min_rtt = Some(fallback.map_or(sample, |m| m.min(sample)));
                 self.min_rtt_stamp = now;
             }
         }
