@@ -90,7 +90,7 @@ def test_tolerant_does_not_take_a_fade_of_the_umts_trace_for_its_path_delay():
     # keeps everything. When the minimum RTT expired (every 10 s) during a fade, the next
     # sample, carrying the fade, became the minimum, every window was sized by it, and the
     # queue those windows built kept the RTT there: 0.1, 0.57, 2.5, 15, 16.5 s (RTT mean 5.1 s,
-    # p95 24 s; 1.3 and 4.4 s now). A minimum that ages now falls back to the smallest
+    # p95 24 s; 1.8 and 6.3 s now). A minimum that ages now falls back to the smallest
     # RTT of the last 10 s.
     r = sim.run(trace_up="TMobile-UMTS-driving.up", trace_down="TMobile-UMTS-driving.down", bytes="5MB", delay="50ms", seed=1)
     assert r.integrity_ok and r.status == "ok", r.error

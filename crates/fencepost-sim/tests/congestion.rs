@@ -253,3 +253,28 @@ fn a_path_that_gets_much_longer_is_measured_again_within_a_few_round_trips() {
         assert!(took < bound, "{bytes} at {rate}, {before} then {after}: {took:.1} s");
     }
 }
+
+/// A path whose delay rises by less than the lengthened-path step (40 to 60 and to 100 ms
+/// of RTT) left `tolerant`'s window, sized by the old minimum with a quarter of a product
+/// to spare, short of the new one: what it delivered read as less bandwidth, the window
+/// shrank with the estimate, and the rate fell to 2.5 Mbit/s of 20 until the minimum
+/// expired 10 s later (50 MB: 30.6 and 38.5 s, where an unchanged path takes 21). The
+/// minimum is now measured again once the estimate starts to fall behind such a rise.
+#[test]
+fn a_path_a_little_longer_does_not_starve_tolerant_until_the_minimum_expires() {
+    let take = |event: Option<&str>| {
+        let mut options = vec![("bytes", "50MB"), ("rate", "20mbit"), ("delay", "20ms"), ("series", "2s")];
+        options.extend(event.map(|e| ("event", e)));
+        let report = run(Scenario::from_options(options).unwrap());
+        assert!(report.integrity_ok, "{event:?}: {:?}", report.error);
+        report
+    };
+    let unchanged = take(None).flows[0].duration_s;
+    for event in ["3s:delay:30ms", "3s:delay:50ms"] {
+        let report = take(Some(event));
+        let flow = &report.flows[0];
+        assert!(flow.duration_s < 1.1 * unchanged, "{event}: {:.1} s, {unchanged:.1} s unchanged", flow.duration_s);
+        let slowest = flow.goodput_series_bps[1..flow.goodput_series_bps.len() - 1].iter().copied().fold(f64::MAX, f64::min);
+        assert!(slowest > 8e6, "{event}: {:.1} Mbit/s in the slowest 2 s", slowest / 1e6);
+    }
+}

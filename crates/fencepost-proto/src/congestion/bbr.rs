@@ -58,6 +58,8 @@
 //! what the flow's own flight could queue (a path that got longer).
 //! A minimum RTT that expires falls back to the smallest RTT of the last 10 s,
 //! not to the next sample (which, on a link in a fade, carries the fade).
+//! A path a little longer (too little a step for that rule) is measured again
+//! once the bandwidth estimate starts to fall behind the rise of the RTT.
 //!
 //! docs/congestion.md has the state machine, the parameters and measurements.
 
@@ -275,6 +277,12 @@ pub struct Bbr {
     lengthened_rounds: u32,
     /// `tolerant`: the last ProbeBW round whose smallest RTT stepped up (see `note_path_length`).
     rtt_step_round: Option<u64>,
+    /// `tolerant`: the last ProbeBW round whose smallest RTT rose by more than the queueing target (see `note_path_length`).
+    rtt_rise_round: Option<u64>,
+    /// `tolerant`: the bandwidth estimate when that rise came.
+    bw_at_rise: f64,
+    /// `tolerant`: the last round whose smallest RTT showed no queue (at most half the target).
+    clean_round: Option<u64>,
     /// `tolerant`: consecutive rounds through which a queue stood.
     standing_queue_rounds: u32,
 }
@@ -330,6 +338,9 @@ impl Bbr {
             standing_queue_rounds: 0,
             lengthened_rounds: 0,
             rtt_step_round: None,
+            rtt_rise_round: None,
+            bw_at_rise: 0.0,
+            clean_round: None,
         }
     }
 
@@ -601,8 +612,8 @@ impl Bbr {
     /// changed). The sign: in ProbeBW a round's smallest RTT steps up more than
     /// [`STARTUP_GAIN`] times the round's before (more than any queue grows in a round:
     /// senders at most double what they sent the round before, Startup's gain being the
-    /// steepest) and by more than [`PATH_STEP_MIN`] (a path lengthened by less waits out
-    /// the 10 s, as before); then, for [`LENGTHENED_PATH_ROUNDS`] rounds of ProbeBW in a
+    /// steepest) and by more than [`PATH_STEP_MIN`] (a path lengthened by less is left to
+    /// `starved_by_longer_path`); then, for [`LENGTHENED_PATH_ROUNDS`] rounds of ProbeBW in a
     /// row, the queue that RTT implies holds more than the whole flight. The minimum is
     /// then measured again (ProbeRTT) at once rather than 10 s after it was taken.
     /// Waiting starved the flow: its window, sized by the old minimum, carried a fifth of
@@ -622,9 +633,52 @@ impl Bbr {
                 self.rtt_step_round = Some(self.round);
             }
         }
+        self.note_delay_rise(probing_bw);
         let stepped = self.rtt_step_round.is_some_and(|step| self.round <= step + 2 * u64::from(LENGTHENED_PATH_ROUNDS));
-        let lengthened = probing_bw && stepped && self.queue_exceeds_flight(bytes_in_flight);
+        let lengthened = probing_bw && ((stepped && self.queue_exceeds_flight(bytes_in_flight)) || self.starved_by_longer_path(bytes_in_flight));
         self.lengthened_rounds = if lengthened { self.lengthened_rounds.saturating_add(1) } else { 0 };
+    }
+
+    /// `tolerant`: notes a round whose smallest RTT stood a queueing target or more above the
+    /// minimum within two rounds of one that showed no queue (half the target at most): a
+    /// rise in one step, as a path that got longer shows it (a queue of our own grows by
+    /// what the probe adds, and the 0.75 round takes it away). Remembers the bandwidth then.
+    fn note_delay_rise(&mut self, probing_bw: bool) {
+        match self.last_round_queue() {
+            Some(queue) if queue <= 0.5 => self.clean_round = Some(self.round),
+            Some(queue)
+                if queue > 1.0
+                    && probing_bw
+                    && self.clean_round.is_some_and(|clean| self.round <= clean + 2)
+                    && self.rtt_rise_round.is_none_or(|rise| self.round > rise + 2) =>
+            {
+                self.rtt_rise_round = Some(self.round);
+                self.bw_at_rise = self.bw;
+            }
+            _ => {}
+        }
+    }
+
+    /// `tolerant`: since a rise of the RTT (see `note_delay_rise`), within four filter
+    /// lengths, the bandwidth estimate has fallen by 5 % while the flight holds a whole
+    /// product and the delay still stands: the window, sized by the old minimum, no longer
+    /// covers the path, so what it delivers reads as less bandwidth, which shrinks the
+    /// window again. A path that went from 40 to 60 ms (too little a step for the rule
+    /// above, whose window headroom is a quarter of a product) fell from 19 to 2.5 Mbit/s
+    /// of 20 in 10 s, until the minimum expired; BBR's window of two products does not
+    /// fall. Measuring the minimum again stops it; a queue of our own ProbeRTT drains, and
+    /// not after a congestion cut: against CUBIC filling a 500 kB queue, taking its queue
+    /// for the path's delay left 20 Mbit/s of 100 to `tolerant` (44 before).
+    fn starved_by_longer_path(&self, bytes_in_flight: u64) -> bool {
+        let risen = self.rtt_rise_round.is_some_and(|rise| self.round <= rise + 4 * BW_FILTER_ROUNDS);
+        // A queue that overflowed lately (a congestion cut) is a loss-based flow's: its delay
+        // is not the path's, and measuring it as the minimum hands that flow the link.
+        let cut_lately = self.last_cut_round.is_some_and(|cut| self.round < cut + COMPETING_MEMORY_ROUNDS);
+        risen
+            && !cut_lately
+            && self.bw < 0.95 * self.bw_at_rise
+            && bytes_in_flight >= self.inflight(1.0)
+            && self.last_round_queue().is_some_and(|queue| queue > 1.0)
     }
 
     /// The last round's smallest RTT stood above the minimum by more than the estimated
