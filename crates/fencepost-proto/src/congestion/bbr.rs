@@ -639,16 +639,19 @@ impl Bbr {
         self.lengthened_rounds = if lengthened { self.lengthened_rounds.saturating_add(1) } else { 0 };
     }
 
-    /// `tolerant`: notes a round whose smallest RTT stood a queueing target or more above the
-    /// minimum within two rounds of one that showed no queue (half the target at most): a
-    /// rise in one step, as a path that got longer shows it (a queue of our own grows by
-    /// what the probe adds, and the 0.75 round takes it away). Remembers the bandwidth then.
+    /// `tolerant`: notes a round whose smallest RTT stood a queueing target and more than
+    /// [`PATH_STEP_MIN`] above the minimum within two rounds of one that showed no queue
+    /// (half the target at most): a rise in one step, as a path that got longer shows it (a
+    /// queue of our own grows by what the probe adds, and the 0.75 round takes it away; on
+    /// one host scheduling alone moves round trips by a millisecond or two). Remembers the
+    /// bandwidth then.
     fn note_delay_rise(&mut self, probing_bw: bool) {
         match self.last_round_queue() {
             Some(queue) if queue <= 0.5 => self.clean_round = Some(self.round),
             Some(queue)
                 if queue > 1.0
                     && probing_bw
+                    && self.last_round_min_rtt.zip(self.min_rtt).is_some_and(|(round_min, min)| round_min.saturating_sub(min) > PATH_STEP_MIN)
                     && self.clean_round.is_some_and(|clean| self.round <= clean + 2)
                     && self.rtt_rise_round.is_none_or(|rise| self.round > rise + 2) =>
             {
