@@ -277,7 +277,7 @@ pub struct Bbr {
     lengthened_rounds: u32,
     /// `tolerant`: the last ProbeBW round whose smallest RTT stepped up (see `note_path_length`).
     rtt_step_round: Option<u64>,
-    /// `tolerant`: the last ProbeBW round whose smallest RTT rose by more than the queueing target (see `note_path_length`).
+    /// `tolerant`: the last ProbeBW round whose smallest RTT rose in one step above the minimum (see `note_delay_rise`).
     rtt_rise_round: Option<u64>,
     /// `tolerant`: the bandwidth estimate when that rise came.
     bw_at_rise: f64,
