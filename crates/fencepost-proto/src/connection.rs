@@ -52,6 +52,7 @@ struct FarAckDue {
     base: u64,
     left: u64,
 }
+
 /// Most ack-eliciting packets an ack covers in a request/reply exchange (see `ack_every_now`).
 const ALTERNATING_ACK_STRETCH: u32 = 8;
 

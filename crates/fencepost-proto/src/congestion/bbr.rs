@@ -142,6 +142,14 @@ const CALM: u64 = 1;
 /// and their losses, still being found during Drain, are the overshoot's, not the path's.
 const STARTUP: u64 = 2;
 
+/// `tolerant`: a rise of the RTT in one step (see `Bbr::note_delay_rise`): the round it
+/// showed in, and the bandwidth estimate then.
+#[derive(Clone, Copy, Debug)]
+struct DelayRise {
+    round: u64,
+    bw: f64,
+}
+
 /// Which answer to loss the model gives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BbrFlavour {
@@ -277,10 +285,8 @@ pub struct Bbr {
     lengthened_rounds: u32,
     /// `tolerant`: the last ProbeBW round whose smallest RTT stepped up (see `note_path_length`).
     rtt_step_round: Option<u64>,
-    /// `tolerant`: the last ProbeBW round whose smallest RTT rose in one step above the minimum (see `note_delay_rise`).
-    rtt_rise_round: Option<u64>,
-    /// `tolerant`: the bandwidth estimate when that rise came.
-    bw_at_rise: f64,
+    /// `tolerant`: the last rise of the RTT in one step above the minimum (see `note_delay_rise`).
+    delay_rise: Option<DelayRise>,
     /// `tolerant`: the last round whose smallest RTT showed no queue (at most half the target).
     clean_round: Option<u64>,
     /// `tolerant`: consecutive rounds through which a queue stood.
@@ -338,8 +344,7 @@ impl Bbr {
             standing_queue_rounds: 0,
             lengthened_rounds: 0,
             rtt_step_round: None,
-            rtt_rise_round: None,
-            bw_at_rise: 0.0,
+            delay_rise: None,
             clean_round: None,
         }
     }
@@ -653,10 +658,9 @@ impl Bbr {
                     && probing_bw
                     && self.last_round_min_rtt.zip(self.min_rtt).is_some_and(|(round_min, min)| round_min.saturating_sub(min) > PATH_STEP_MIN)
                     && self.clean_round.is_some_and(|clean| self.round <= clean + 2)
-                    && self.rtt_rise_round.is_none_or(|rise| self.round > rise + 2) =>
+                    && self.delay_rise.is_none_or(|rise| self.round > rise.round + 2) =>
             {
-                self.rtt_rise_round = Some(self.round);
-                self.bw_at_rise = self.bw;
+                self.delay_rise = Some(DelayRise { round: self.round, bw: self.bw });
             }
             _ => {}
         }
@@ -673,13 +677,12 @@ impl Bbr {
     /// not after a congestion cut: against CUBIC filling a 500 kB queue, taking its queue
     /// for the path's delay left 20 Mbit/s of 100 to `tolerant` (44 before).
     fn starved_by_longer_path(&self, bytes_in_flight: u64) -> bool {
-        let risen = self.rtt_rise_round.is_some_and(|rise| self.round <= rise + 4 * BW_FILTER_ROUNDS);
+        let Some(rise) = self.delay_rise.filter(|rise| self.round <= rise.round + 4 * BW_FILTER_ROUNDS) else { return false };
         // A queue that overflowed lately (a congestion cut) is a loss-based flow's: its delay
         // is not the path's, and measuring it as the minimum hands that flow the link.
         let cut_lately = self.last_cut_round.is_some_and(|cut| self.round < cut + COMPETING_MEMORY_ROUNDS);
-        risen
-            && !cut_lately
-            && self.bw < 0.95 * self.bw_at_rise
+        !cut_lately
+            && self.bw < 0.95 * rise.bw
             && bytes_in_flight >= self.inflight(1.0)
             && self.last_round_queue().is_some_and(|queue| queue > 1.0)
     }
@@ -954,8 +957,9 @@ impl Controller for Bbr {
                 // `tolerant`: a minimum that merely aged gives way to the smallest RTT of the
                 // window, not to whatever this one sample carries (a longer path, which
                 // `lengthened` detects, is the exception: its new delay is every sample's).
+                // (The window holds this sample already.)
                 let fallback = if self.tolerant() && !lengthened { self.recent_rtt.iter().map(|&(_, m)| m).min() } else { None };
-                self.min_rtt = Some(fallback.map_or(sample, |m| m.min(sample)));
+                self.min_rtt = Some(fallback.unwrap_or(sample));
                 self.min_rtt_stamp = now;
             }
         }
