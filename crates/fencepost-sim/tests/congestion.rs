@@ -159,16 +159,16 @@ fn tolerant_shares_a_bottleneck_with_cubic_and_with_itself() {
 /// for their minimum RTT kept more than their share (3.0 to 12.5 Mbit/s, Jain 0.73).
 #[test]
 fn tolerant_flows_starting_together_share_a_deep_queue() {
-    for (flows, rate, delay, queue, least_jain) in [("5", "50mbit", "20ms", "500kB", 0.9), ("20", "100mbit", "10ms", "5MB", 0.9)] {
+    // (flows, bottleneck and its rate in bit/s, one-way delay, queue); Jain 0.93 and 0.98 now.
+    for (flows, rate, link_bps, delay, queue) in [("5", "50mbit", 50e6, "20ms", "500kB"), ("20", "100mbit", 100e6, "10ms", "5MB")] {
         let options = [("cc", "tolerant"), ("flows", flows), ("rate", rate), ("delay", delay), ("queue", queue), ("time", "20s")];
         let report = run(Scenario::from_options(options).unwrap());
         assert!(report.flows.iter().all(|f| f.integrity_ok), "{flows} flows: {:?}", report.error);
         let jain = report.jain_index.unwrap();
         let goodputs: Vec<String> = report.flows.iter().map(|f| format!("{:.1}", f.goodput_bps / 1e6)).collect();
-        assert!(jain >= least_jain, "{flows} flows through {queue}: Jain {jain:.2} (Mbit/s: {})", goodputs.join(" "));
+        assert!(jain >= 0.9, "{flows} flows through {queue}: Jain {jain:.2} (Mbit/s: {})", goodputs.join(" "));
         let total: f64 = report.flows.iter().map(|f| f.goodput_bps).sum();
-        let link: f64 = if rate == "50mbit" { 50e6 } else { 100e6 };
-        assert!(total >= 0.9 * link, "{flows} flows through {queue}: {:.1} Mbit/s together", total / 1e6);
+        assert!(total >= 0.9 * link_bps, "{flows} flows through {queue}: {:.1} Mbit/s together", total / 1e6);
     }
 }
 
