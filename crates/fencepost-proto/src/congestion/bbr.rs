@@ -69,6 +69,7 @@
 use super::{AckBatch, Controller, Pacer, RateSample, SentPacket};
 use crate::rtt::RttEstimator;
 use crate::time::{Duration, Instant};
+use std::collections::VecDeque;
 
 /// 2/ln 2: the smallest gain that doubles the delivery rate every round in Startup.
 const STARTUP_GAIN: f64 = 2.885;
@@ -232,7 +233,7 @@ pub struct Bbr {
     min_rtt_stamp: Instant,
     /// `tolerant`: the smallest RTT of each second of the last [`MIN_RTT_WINDOW`] (when the
     /// second began, and its minimum), oldest first: what a minimum that expires falls back to.
-    recent_rtt: std::collections::VecDeque<(Instant, Duration)>,
+    recent_rtt: VecDeque<(Instant, Duration)>,
     probe_rtt_done: Option<Instant>,
     probe_rtt_round_done: bool,
     /// Round trips counted by delivery: a round ends when a packet sent after it began is acknowledged.
@@ -315,7 +316,7 @@ impl Bbr {
             bw: 0.0,
             min_rtt: None,
             min_rtt_stamp: Instant::ZERO,
-            recent_rtt: std::collections::VecDeque::new(),
+            recent_rtt: VecDeque::new(),
             probe_rtt_done: None,
             probe_rtt_round_done: false,
             round: 0,
@@ -636,6 +637,9 @@ impl Bbr {
     /// loss 0.66 over 5 seeds. Counted as a sign of them, it brings every flow there to the
     /// same window (BBR v1's), as the cut brings it against CUBIC.
     fn note_squeeze(&mut self) {
+        if !self.tolerant() {
+            return;
+        }
         if self.standing_queue_rounds == 1 {
             self.bw_when_queue_rose = self.bw;
         }
@@ -937,9 +941,7 @@ impl Controller for Bbr {
                 }
                 let standing = self.last_round_queue().is_some_and(|queue| queue > 1.0);
                 self.standing_queue_rounds = if standing { self.standing_queue_rounds.saturating_add(1) } else { 0 };
-                if self.tolerant() {
-                    self.note_squeeze();
-                }
+                self.note_squeeze();
                 self.note_path_length(previous_round_min, batch.bytes_in_flight);
             }
         }
