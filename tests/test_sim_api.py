@@ -108,3 +108,14 @@ def test_a_long_run_is_interrupted_by_ctrl_c():
     with pytest.raises(KeyboardInterrupt):
         sim.run(bytes="20GB", rate="1gbit", delay="1ms")  # tens of seconds of work
     assert time.monotonic() - started < 3
+
+
+def test_parallel_gives_the_same_result_from_python_and_the_cli(capsys):
+    options = dict(bytes="5MB", rate="50mbit", delay="20ms", loss="1%", seed=4)
+    one, two = sim.run(**options), sim.run(parallel=True, **options)
+    assert one.integrity_ok and one.to_dict() == two.to_dict()
+    args = ["sim", "--bytes", "5MB", "--rate", "50mbit", "--delay", "20ms", "--loss", "1%", "--seed", "4", "--json"]
+    code, out, _ = run_cli(args, capsys)
+    code2, out2, _ = run_cli(args + ["--parallel"], capsys)
+    assert code == code2 == 0 and json.loads(out) == json.loads(out2)
+    assert json.loads(out)["integrity_ok"] and json.loads(out)["goodput_bps"] == one.goodput_bps

@@ -27,6 +27,13 @@ def _add_sim_parser(subparsers) -> None:
     add_arguments(p, "sim")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
     p.add_argument("--events", metavar="FILE", help="write the per-packet event log to FILE as qlog (version 0.3, JSON-SEQ; qvis opens it)")
+    p.add_argument(
+        "--parallel",
+        action="store_true",
+        help="run on two threads, the flows' clients on one and their servers on the other, where the run allows "
+        "(the same report, bit for bit; see docs/simulation.md); faster for one long run, not for a sweep, which "
+        "already keeps every core busy",
+    )
     p.set_defaults(handler=_cmd_sim)
 
 
@@ -88,7 +95,7 @@ def _positive_int(flag: str, allow_zero: bool = False):
 
 
 def _cmd_sim(args: argparse.Namespace) -> int:
-    result = sim.run(events=args.events, **given_options(args, "sim"))
+    result = sim.run(events=args.events, parallel=args.parallel, **given_options(args, "sim"))
     if args.json:
         print(json.dumps(result.to_dict(), sort_keys=False))
     else:

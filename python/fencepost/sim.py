@@ -148,17 +148,19 @@ def check(**options: Any) -> dict[str, str]:
         raise option_error_from_native(exc) from None
 
 
-def run(events: Optional[str] = None, **options: Any) -> SimResult:
+def run(events: Optional[str] = None, parallel: bool = False, **options: Any) -> SimResult:
     """Runs one simulated scenario and returns its result. With ``events``, the
     per-packet event log is written to that path as a qlog file (JSON-SEQ; see
-    ``fencepost.events``).
+    ``fencepost.events``). With ``parallel``, the run uses two threads (the flows'
+    clients on one, their servers on the other) wherever it can, with the same
+    result bit for bit (``docs/simulation.md``); not with ``events``.
 
     >>> r = run(bytes="200kB", loss="20%", delay="5ms", seed=1)
     >>> r.integrity_ok
     True
     """
     try:
-        text = _core.simulate(normalize_options(options), None if events is None else str(events))
+        text = _core.simulate(normalize_options(options), None if events is None else str(events), parallel)
     except ValueError as exc:
         raise option_error_from_native(exc) from None
     except RuntimeError as exc:

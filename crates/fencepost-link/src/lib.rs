@@ -691,6 +691,23 @@ impl<P: Clone> Link<P> {
     /// hands it on a little later and can measure by how much).
     pub fn poll_delivery(&mut self, now: Micros) -> Option<Delivery<P>> {
         self.advance(now);
+        self.poll_arrival(now)
+    }
+
+    /// Runs the bottleneck up to `now` (every packet that leaves by then goes onto the
+    /// wire). Whatever calls the link runs it this way first, so calling this early changes
+    /// nothing: each packet still leaves at its own time, and what it draws (loss after
+    /// the bottleneck, jitter) is drawn in the order packets leave.
+    pub fn run_until(&mut self, now: Micros) {
+        self.advance(now);
+    }
+
+    /// The next packet on the wire due at `now`, without running the bottleneck first (as
+    /// [`Link::poll_delivery`] does). For a reader that knows every packet due by `now` is
+    /// already on the wire: one that left the bottleneck by [`Link::run_until`]'s time and
+    /// could not arrive sooner than [`Link::least_delay`] after it. A parallel simulation
+    /// reads a link this way while the other side of it is still sending into it.
+    pub fn poll_arrival(&mut self, now: Micros) -> Option<Delivery<P>> {
         if self.wire.first_due().is_some_and(|at| at <= now) {
             let p = self.wire.pop()?;
             self.stats.delivered += 1;
@@ -700,6 +717,22 @@ impl<P: Clone> Link<P> {
             return Some(Delivery { packet: p.packet, due: p.at, corrupt: p.corrupt });
         }
         None
+    }
+
+    /// When the first packet already on the wire is due, if any.
+    pub fn next_arrival(&self) -> Option<Micros> {
+        self.wire.first_due()
+    }
+
+    /// The least time a packet leaving the bottleneck takes to arrive if the propagation
+    /// delay is `delay` (this link's jitter taken off).
+    pub fn least_delay(&self, delay: Micros) -> Micros {
+        let spread = match self.config.jitter_distribution {
+            JitterDistribution::Uniform => self.config.jitter,
+            JitterDistribution::Normal => 4 * self.config.jitter,
+        };
+        // One more for the rounding of the drawn variation.
+        delay.saturating_sub(spread + u64::from(self.config.jitter > 0))
     }
 
     /// When a packet may next be delivered: the first on the wire, or the earliest a packet
@@ -729,12 +762,7 @@ impl<P: Clone> Link<P> {
     /// The least propagation delay a packet can get: the delay less the largest variation
     /// jitter can draw (uniform: one `jitter`; normal: four, where draws are cut off).
     fn shortest_delay(&self) -> Micros {
-        let spread = match self.config.jitter_distribution {
-            JitterDistribution::Uniform => self.config.jitter,
-            JitterDistribution::Normal => 4 * self.config.jitter,
-        };
-        // One more for the rounding of the drawn variation.
-        self.config.delay.saturating_sub(spread + u64::from(self.config.jitter > 0))
+        self.least_delay(self.config.delay)
     }
 
     /// Nothing queued, being carried or on the wire.

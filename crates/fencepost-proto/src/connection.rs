@@ -634,6 +634,19 @@ impl Connection {
     pub fn state(&self) -> State {
         self.state
     }
+    /// The earliest instant a timer of its own could end the connection while it stays
+    /// established: the idle timeout, or the progress timeout counted from the last
+    /// progress (whether or not that timer is armed now). What happens before then only
+    /// postpones it; only a packet from the peer (a reset) ends it sooner. A parallel
+    /// simulation runs ahead only where neither end of a flow can end it this way.
+    pub fn fatal_deadline(&self) -> Option<Instant> {
+        let idle = self.timers.get(Timer::Idle);
+        let progress = self.config.progress_timeout.map(|limit| self.last_progress + limit);
+        match (idle, progress) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
     pub fn local_cid(&self) -> u32 {
         self.local_cid
     }

@@ -19,14 +19,15 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 /// Runs one simulated scenario given as (option, value) pairs; returns the report as JSON.
-/// With `events`, writes the per-packet event log there as JSON lines.
+/// With `events`, writes the per-packet event log there as JSON lines. With `parallel`, runs
+/// on two threads where the run allows (`Simulation::parallel`: the same report).
 #[pyfunction]
-#[pyo3(signature = (options, events=None))]
-fn simulate(py: Python<'_>, options: Vec<(String, String)>, events: Option<PathBuf>) -> PyResult<String> {
+#[pyo3(signature = (options, events=None, parallel=false))]
+fn simulate(py: Python<'_>, options: Vec<(String, String)>, events: Option<PathBuf>, parallel: bool) -> PyResult<String> {
     let _ = controller::take_error();
     let scenario = Scenario::from_options(options.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .map_err(|e| PyValueError::new_err((e.option, e.message)))?;
-    let report = simulate_scenario(py, scenario, events)?;
+    let report = simulate_scenario(py, scenario, events, parallel)?;
     // A Python controller that raised ran on with its last window; the run's figures mean nothing.
     if let Some(error) = controller::take_error() {
         return Err(pyo3::exceptions::PyRuntimeError::new_err(format!("the Python congestion controller failed: {error}")));
@@ -34,9 +35,9 @@ fn simulate(py: Python<'_>, options: Vec<(String, String)>, events: Option<PathB
     Ok(report)
 }
 
-fn simulate_scenario(py: Python<'_>, scenario: Scenario, events: Option<PathBuf>) -> PyResult<String> {
+fn simulate_scenario(py: Python<'_>, scenario: Scenario, events: Option<PathBuf>, parallel: bool) -> PyResult<String> {
     let cancel = Arc::new(AtomicBool::new(false));
-    let sim = Simulation::new(scenario.clone()).cancel_on(cancel.clone());
+    let sim = Simulation::new(scenario.clone()).cancel_on(cancel.clone()).parallel(parallel);
     let Some(path) = events else {
         let report = run_interruptible(py, &cancel, move || sim.run())?;
         return Ok(report.to_json());

@@ -1,8 +1,10 @@
 //! Simulator speed: virtual seconds simulated per wall-clock second for a 100 MB
 //! bulk transfer over 100 Mbit/s, 20 ms one-way delay, 1 % loss each way.
-//! Run with `bash bench/sim_speed.sh` (release build).
+//! Run with `bash bench/sim_speed.sh` (release build); `parallel=true` runs each on two
+//! threads (`Simulation::parallel`), and the last column says how much of the simulated
+//! time ran apart.
 
-use fencepost_sim::{run, Scenario};
+use fencepost_sim::{Scenario, Simulation};
 use std::time::Instant;
 
 fn main() {
@@ -20,9 +22,19 @@ fn main() {
         })
         .collect();
     println!("scenario: bulk {bytes}, rate 100mbit, delay 20ms, loss 1% both ways, queue 1MB, seed 1");
-    println!("{:<34} {:>10} {:>10} {:>12} {:>14} {:>10}", "cc", "virtual s", "wall s", "sim x real", "datagrams/s", "integrity");
+    println!("{:<34} {:>10} {:>10} {:>12} {:>14} {:>10} {:>8}", "cc", "virtual s", "wall s", "sim x real", "datagrams/s", "integrity", "apart");
     // A window that fills the 100 Mbit/s x 40 ms path, the default profile's, and the loss-based
     // controllers; or only the controller given as cc=SPEC.
+    // `parallel=true`: the run on two threads (`Simulation::parallel`), not a scenario option.
+    let parallel = match extra.iter().position(|(name, _)| name == "parallel").map(|i| extra.remove(i).1) {
+        None => false,
+        Some(v) if v == "true" => true,
+        Some(v) if v == "false" => false,
+        Some(v) => {
+            eprintln!("sim_speed: parallel={v:?}: accepted form: parallel=true or parallel=false");
+            std::process::exit(2)
+        }
+    };
     let given_cc = extra.iter().position(|(name, _)| name == "cc").map(|i| extra.remove(i).1);
     let controllers = match &given_cc {
         Some(cc) => vec![cc.as_str()],
@@ -49,17 +61,18 @@ fn main() {
             }
         };
         let started = Instant::now();
-        let report = run(scenario);
+        let (report, apart) = Simulation::new(scenario).parallel(parallel).run_timed_apart();
         let wall = started.elapsed().as_secs_f64();
         let datagrams = report.link_up.offered + report.link_down.offered;
         println!(
-            "{:<34} {:>10.2} {:>10.3} {:>12.1} {:>14.0} {:>10}",
+            "{:<34} {:>10.2} {:>10.3} {:>12.1} {:>14.0} {:>10} {:>7.0}%",
             report.cc,
             report.end_s,
             wall,
             report.end_s / wall,
             datagrams as f64 / wall,
-            report.integrity_ok
+            report.integrity_ok,
+            100.0 * apart.as_secs_f64() / report.end_s
         );
         if !report.integrity_ok {
             eprintln!("run failed: {}", report.to_json());

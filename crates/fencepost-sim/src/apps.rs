@@ -58,6 +58,11 @@ impl FlowIo {
         }
     }
 
+    /// A record nothing reads, for an application whose writes do not count (see `parallel.rs`).
+    pub(crate) fn scratch() -> FlowIo {
+        FlowIo::new(StreamDigests::none(), Verifier::Echo { unechoed: VecDeque::new() }, 0)
+    }
+
     fn complete(&mut self, now: Instant) {
         if self.completed_at.is_none() {
             self.completed_at = Some(now);
@@ -75,6 +80,19 @@ pub trait ClientApp: Send {
     fn has_work(&self, now: Instant, conn: &Connection) -> bool {
         let _ = (now, conn);
         true
+    }
+    /// Whether the application has written (or begun writing) the last of its data, so
+    /// that the workload may complete from now on. Every workload completes only on data
+    /// written after this is true, which reaches the other end a path's delay later: a run
+    /// on two threads lets each side run that far ahead only while it is false.
+    fn done_writing(&self) -> bool {
+        true
+    }
+    /// An instant at which `run` reads what the server's application counted (a timed
+    /// transfer's end), if one is still to come: a run on two threads takes that instant
+    /// on one thread.
+    fn reads_server_at(&self) -> Option<Instant> {
+        None
     }
 }
 
@@ -245,6 +263,14 @@ impl ClientApp for BulkSender {
         self.write_until.filter(|_| !self.closed)
     }
 
+    fn done_writing(&self) -> bool {
+        self.closed || self.remaining == 0
+    }
+
+    fn reads_server_at(&self) -> Option<Instant> {
+        self.write_until.filter(|_| !self.closed)
+    }
+
     /// Room to write, or the end of the writing to act on once.
     fn has_work(&self, now: Instant, conn: &Connection) -> bool {
         !self.closed && (self.remaining == 0 || self.write_until.is_some_and(|until| now >= until) || conn.write_room() > 0)
@@ -309,6 +335,10 @@ impl ClientApp for StreamSender {
     fn wakeup(&self) -> Option<Instant> {
         let start = self.start?;
         (self.sent < self.count).then(|| start + Duration::from_micros(self.interval.total_micros() * self.sent))
+    }
+
+    fn done_writing(&self) -> bool {
+        self.closed || (self.sent == self.count && self.owed == 0)
     }
 }
 
@@ -396,6 +426,11 @@ impl ClientApp for EchoClient {
 
     fn wakeup(&self) -> Option<Instant> {
         (self.messages_left > 0 && self.pending.is_empty()).then_some(self.next_at)
+    }
+
+    /// The last message is drawn: its echo, the last the workload waits for, may be on its way.
+    fn done_writing(&self) -> bool {
+        self.closed || self.messages_left == 0
     }
 }
 

@@ -17,6 +17,9 @@ use fencepost_spec::{describe_cc, Direction, FlowSpec, Hop, LinkAction, LinkEven
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+#[path = "parallel.rs"]
+mod parallel;
+
 /// Addresses inside a flow: its client endpoint and its server endpoint.
 const CLIENT: u8 = 0;
 const SERVER: u8 = 1;
@@ -96,6 +99,20 @@ struct Channel {
     delivered_at_completion: Option<u64>,
 }
 
+impl Channel {
+    /// A link event, due at `now`, on this direction.
+    fn apply(&mut self, event: &LinkEventSpec, now: Instant) {
+        let t = now.total_micros();
+        match &event.action {
+            LinkAction::Blackout(d) => self.link.blackout(t, t + d.total_micros()),
+            LinkAction::Rate(bps) => self.link.set_bandwidth(t, Bandwidth::Rate(*bps)),
+            LinkAction::Loss(p) => self.link.set_loss(t, if *p > 0.0 { LossModel::Bernoulli(*p) } else { LossModel::None }),
+            LinkAction::Delay(d) => self.link.set_delay(t, d.total_micros()),
+        }
+        self.applied.push(format!("at {:.3} s: {}", event.at.as_secs_f64(), event.action.describe()));
+    }
+}
+
 /// The counters of a flow, taken when its workload completed.
 #[derive(Default)]
 struct Snapshot {
@@ -130,10 +147,7 @@ struct Flow {
 impl Flow {
     /// What the application has received: the server for bulk, the echoes back at the client for echo.
     fn delivered(&self) -> u64 {
-        match self.spec.workload {
-            Workload::Echo { .. } => self.io.client_received,
-            Workload::Bulk { .. } | Workload::Stream { .. } => self.io.server_received,
-        }
+        delivered(&self.spec.workload, &self.io)
     }
 
     fn start(&self) -> Instant {
@@ -204,6 +218,8 @@ pub struct Simulation {
     datagram_room: usize,
     trace: Option<Box<dyn TraceSink>>,
     cancel: Option<Arc<AtomicBool>>,
+    /// Run on two threads where the topology allows (see [`Simulation::parallel`]).
+    parallel: bool,
 }
 
 fn channel_index(hop: Hop) -> usize {
@@ -284,6 +300,7 @@ impl Simulation {
             datagram_room,
             trace: None,
             cancel: None,
+            parallel: false,
         }
     }
 
@@ -300,6 +317,17 @@ impl Simulation {
         Simulation { trace: Some(sink), cancel, ..rebuilt }
     }
 
+    /// Runs on two threads, one for the flows' clients and one for their servers, wherever
+    /// the run allows (the report is the same as on one thread, bit for bit): when no host
+    /// holds both a client and a server, the channels between the two sides all take at
+    /// least 2 ms, and there is no trace sink. Each side then runs ahead of the other by
+    /// that least delay, in windows, while every flow is established and mid-workload; the
+    /// rest (handshakes, the end of each workload) runs on one thread. See `parallel.rs`.
+    pub fn parallel(mut self, on: bool) -> Simulation {
+        self.parallel = on;
+        self
+    }
+
     /// Stops the run early (status `cancelled`) once `flag` is set, checked every few thousand steps.
     pub fn cancel_on(mut self, flag: Arc<AtomicBool>) -> Simulation {
         self.cancel = Some(flag);
@@ -308,7 +336,7 @@ impl Simulation {
 
     /// Runs to the end and closes the trace sink, reporting a failure to record.
     pub fn run_traced(self) -> (RunReport, std::io::Result<()>) {
-        let (report, sink) = self.run_inner();
+        let (report, sink, _) = self.run_inner();
         let recorded = sink.map_or(Ok(()), |s| s.finish());
         (report, recorded)
     }
@@ -318,14 +346,47 @@ impl Simulation {
         self.run_inner().0
     }
 
-    fn run_inner(mut self) -> (RunReport, Option<Box<dyn TraceSink>>) {
+    /// Runs to the end, as [`Simulation::run`], and says how much of the simulated time ran
+    /// on two threads (none unless [`Simulation::parallel`] is on and the run allows it).
+    pub fn run_timed_apart(self) -> (RunReport, fencepost_proto::Duration) {
+        let (report, _, apart) = self.run_inner();
+        (report, apart)
+    }
+
+    fn run_inner(mut self) -> (RunReport, Option<Box<dyn TraceSink>>, fencepost_proto::Duration) {
+        let mut apart = fencepost_proto::Duration::ZERO;
         let deadline = self.now + self.scenario.timeout;
         let mut steps_here = 0u32;
         let mut steps = 0u64;
+        let partition = if self.parallel && self.trace.is_none() { parallel::partition(&self.scenario, &self.channels) } else { None };
         let (status, error) = loop {
             steps += 1;
             if steps % 4096 == 0 && self.cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed)) {
                 break ("cancelled".to_string(), Some(format!("cancelled at {:.6} s", self.now.as_secs_f64())));
+            }
+            if let Some(partition) = partition.as_ref().filter(|p| self.may_run_apart_now(p, deadline)) {
+                let (frontier, stuck) = self.run_apart(partition, deadline);
+                apart = apart + (frontier - self.now);
+                if let Some(at) = stuck {
+                    self.now = at;
+                    break ("stalled".to_string(), Some(format!("no progress at {:.6} s", at.as_secs_f64())));
+                }
+                if frontier > self.now {
+                    // Every event before the frontier is done: on from the next one.
+                    let Some(next) = self.next_wakeup() else {
+                        self.now = frontier;
+                        break ("stalled".to_string(), Some(format!("nothing left to happen at {:.6} s", self.now.as_secs_f64())));
+                    };
+                    debug_assert!(next >= frontier, "an event at {next:?} was left behind the frontier {frontier:?}");
+                    if next > deadline {
+                        self.now = deadline;
+                        break ("deadline".to_string(), Some(format!("the run passed its {:.3} s bound", self.scenario.timeout.as_secs_f64())));
+                    }
+                    steps_here = 0;
+                    self.record_series(next);
+                    self.now = next;
+                    continue;
+                }
             }
             self.step();
             if self.flows.iter().all(|f| f.ended.is_some()) {
@@ -362,7 +423,7 @@ impl Simulation {
             }
         }
         let sink = self.trace.take();
-        (self.report(), sink)
+        (self.report(), sink, apart)
     }
 
     fn next_wakeup(&mut self) -> Option<Instant> {
@@ -425,15 +486,7 @@ impl Simulation {
                 if !event.directions.includes(direction) {
                     continue;
                 }
-                let channel = &mut self.channels[2 * event.link + usize::from(direction == Direction::Down)];
-                let t = now.total_micros();
-                match &event.action {
-                    LinkAction::Blackout(d) => channel.link.blackout(t, t + d.total_micros()),
-                    LinkAction::Rate(bps) => channel.link.set_bandwidth(t, Bandwidth::Rate(*bps)),
-                    LinkAction::Loss(p) => channel.link.set_loss(t, if *p > 0.0 { LossModel::Bernoulli(*p) } else { LossModel::None }),
-                    LinkAction::Delay(d) => channel.link.set_delay(t, d.total_micros()),
-                }
-                channel.applied.push(format!("at {:.3} s: {}", event.at.as_secs_f64(), event.action.describe()));
+                self.channels[2 * event.link + usize::from(direction == Direction::Down)].apply(&event, now);
             }
         }
     }
@@ -465,20 +518,9 @@ impl Simulation {
                     }
                     if packet.to_server {
                         flow.last_rx_server = now;
-                        match flow.server.handle_datagram_in_place(now, CLIENT, &mut packet.datagram[..packet.len], &mut self.buf) {
-                            Some(DatagramEvent::NewConnection(incoming)) => {
-                                if let Ok(handle) = flow.server.accept(incoming) {
-                                    flow.server_conn.get_or_insert(handle);
-                                }
-                            }
-                            Some(DatagramEvent::Response { transmit, .. }) => {
-                                let mut datagram = Self::pooled(&mut self.pool, self.datagram_room.max(transmit.size));
-                                datagram[..transmit.size].copy_from_slice(&self.buf[..transmit.size]);
-                                let response = InTransit { flow: packet.flow, to_server: false, hop: 0, datagram, len: transmit.size };
-                                let first = channel_index(flow.spec.return_path[0]);
-                                self.channels[first].link.enqueue(t, response, transmit.size + self.scenario.header_overhead);
-                            }
-                            Some(DatagramEvent::Connection(_)) | None => {}
+                        if let Some(response) = serve_datagram(now, &mut flow.server, &mut flow.server_conn, &mut packet, &mut self.buf, &mut self.pool, self.datagram_room) {
+                            let size = response.len + self.scenario.header_overhead;
+                            self.channels[channel_index(flow.spec.return_path[0])].link.enqueue(t, response, size);
                         }
                     } else {
                         flow.last_rx_client = now;
@@ -734,6 +776,43 @@ impl Simulation {
             links,
             options: self.scenario.options.clone(),
         }
+    }
+}
+
+/// A datagram reached a flow's server endpoint: it may open the connection (kept in
+/// `conn`), or draw an answer from the endpoint itself (a retry, a stateless reset), which
+/// is returned, in a buffer from `pool`, to go back along the flow's return path.
+fn serve_datagram(
+    now: Instant,
+    endpoint: &mut Endpoint<u8>,
+    conn: &mut Option<ConnectionHandle>,
+    packet: &mut InTransit,
+    buf: &mut [u8],
+    pool: &mut Vec<Vec<u8>>,
+    room: usize,
+) -> Option<InTransit> {
+    match endpoint.handle_datagram_in_place(now, CLIENT, &mut packet.datagram[..packet.len], buf)? {
+        DatagramEvent::NewConnection(incoming) => {
+            if let Ok(handle) = endpoint.accept(incoming) {
+                conn.get_or_insert(handle);
+            }
+            None
+        }
+        DatagramEvent::Response { transmit, .. } => {
+            let mut datagram = Simulation::pooled(pool, room.max(transmit.size));
+            datagram[..transmit.size].copy_from_slice(&buf[..transmit.size]);
+            Some(InTransit { flow: packet.flow, to_server: false, hop: 0, datagram, len: transmit.size })
+        }
+        DatagramEvent::Connection(_) => None,
+    }
+}
+
+/// What the workload has delivered to the application that reads it: the server for a
+/// transfer or a stream, the echoes back at the client for echo.
+fn delivered(workload: &Workload, io: &FlowIo) -> u64 {
+    match workload {
+        Workload::Echo { .. } => io.client_received,
+        Workload::Bulk { .. } | Workload::Stream { .. } => io.server_received,
     }
 }
 

@@ -1,0 +1,717 @@
+//! One run on two threads, giving the same report, bit for bit, as on one.
+//!
+//! The hosts are split in two sides: the flows' clients on one, their servers on the
+//! other, each router where the channels between the sides are slowest. A packet takes at
+//! least the *lookahead* (the least delay of any channel between the sides) to cross, so
+//! what one side does in a window of that length reaches the other only in the next: each
+//! side runs a window on its own thread, and at the window's end the two meet. This is
+//! conservative parallel simulation (Chandy–Misra–Bryant's lookahead, with windows in
+//! lockstep instead of null messages).
+//!
+//! Three facts make it exact:
+//! - A step that finds nothing due changes nothing (the endpoints, applications and links
+//!   answer the time only with what is due by then), so a side may skip the instants at
+//!   which only the other side has something to do, as the one-thread loop steps at every
+//!   instant of either.
+//! - A link draws its randomness in the order of simulated time whoever calls it; the side
+//!   that sends into a channel between the sides runs it (enqueues, the bottleneck), and the
+//!   side it leads to takes arrivals off its wire, which the sender filled up to the window's
+//!   start: anything arriving within the window left before it.
+//! - Only the bookkeeping of a flow looks at both of its ends at one instant (its end,
+//!   the counters taken when its workload completes, a timed transfer's count at its
+//!   end). A window runs apart only when no flow can end or complete within it: each end
+//!   established, the client still writing (every workload completes on data written after
+//!   that, a path's delay later), no timer that can end a connection (idle, progress)
+//!   due, no timed transfer's end. Otherwise the window runs on one thread.
+
+use super::{channel_index, delivered, serve_datagram, Channel, Flow, InTransit, Simulation, MAX_STEPS_AT_ONE_INSTANT, SERVER};
+use crate::apps::{ClientApp, FlowIo, ServerApp};
+use fencepost_proto::congestion::ControllerConfig;
+use fencepost_proto::{ConnectionHandle, Duration, Endpoint, Instant, State};
+use fencepost_spec::{Direction, FlowSpec, LinkAction, LinkEventSpec, Scenario, Workload};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+/// A lock's contents, whether or not the other thread panicked while holding it (the
+/// panic ends the run anyway, when the scope joins it).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The least lookahead worth a second thread: each window ends in two meetings of the
+/// threads (a few microseconds each), and windows of less than this spend more there
+/// than they save.
+const MIN_LOOKAHEAD: Duration = Duration::from_millis(2);
+/// Datagram buffers a side keeps at a window's edge; it hands the rest to the other side.
+const KEEP_BUFFERS: usize = 256;
+/// Routers are placed on one side or the other by trying every split: at most this many.
+const MAX_ROUTERS: usize = 12;
+
+/// How a run is split over two threads.
+pub(super) struct Partition {
+    /// 0: the side of the flows' clients; 1: the side of their servers.
+    side_of_host: Vec<u8>,
+    lookahead: Duration,
+}
+
+/// The split of `scenario`'s hosts with the longest lookahead, if there is one of at
+/// least [`MIN_LOOKAHEAD`]: none when a host has both a flow's client and a flow's server,
+/// or a flow's controller comes from outside the crate (a Python class, say, may keep state
+/// that its connections share, and the two threads would call it in another order).
+pub(super) fn partition(scenario: &Scenario, channels: &[Channel]) -> Option<Partition> {
+    let topology = &scenario.topology;
+    if topology.flows.iter().any(|f| matches!(f.transport.controller, ControllerConfig::Custom(_))) {
+        return None;
+    }
+    let mut fixed: Vec<Option<u8>> = vec![None; topology.hosts.len()];
+    for flow in &topology.flows {
+        for (host, side) in [(flow.from, 0u8), (flow.to, 1u8)] {
+            match fixed[host] {
+                Some(other) if other != side => return None,
+                _ => fixed[host] = Some(side),
+            }
+        }
+    }
+    // The least time a packet can take on each channel, over the run (delay changes included).
+    let least: Vec<u64> = channels
+        .iter()
+        .enumerate()
+        .map(|(c, channel)| {
+            let direction = if c % 2 == 0 { Direction::Up } else { Direction::Down };
+            let delays = topology.events.iter().filter(|e| e.link == c / 2 && e.directions.includes(direction)).filter_map(|e| match &e.action {
+                LinkAction::Delay(d) => Some(d.total_micros()),
+                _ => None,
+            });
+            let delay = delays.fold(channel.link.config().delay, u64::min);
+            channel.link.least_delay(delay)
+        })
+        .collect();
+    let routers: Vec<usize> = (0..fixed.len()).filter(|&h| fixed[h].is_none()).collect();
+    if routers.len() > MAX_ROUTERS {
+        return None;
+    }
+    let mut best: Option<(u64, Vec<u8>)> = None;
+    for mask in 0..1u32 << routers.len() {
+        let mut side: Vec<u8> = fixed.iter().map(|s| s.unwrap_or(0)).collect();
+        for (bit, &host) in routers.iter().enumerate() {
+            side[host] = ((mask >> bit) & 1) as u8;
+        }
+        let lookahead = channels.iter().zip(&least).filter(|(c, _)| side[c.from] != side[c.to]).map(|(_, &l)| l).min();
+        if let Some(lookahead) = lookahead {
+            if best.as_ref().is_none_or(|(longest, _)| lookahead > *longest) {
+                best = Some((lookahead, side));
+            }
+        }
+    }
+    let (lookahead, side_of_host) = best?;
+    let lookahead = Duration::from_micros(lookahead);
+    (lookahead >= MIN_LOOKAHEAD).then_some(Partition { side_of_host, lookahead })
+}
+
+/// One end of a flow as a side sees it at a window's edge.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Half {
+    /// The flow has ended (its report is settled) or has not begun.
+    Idle,
+    /// Established and in the middle of its workload.
+    Steady,
+    /// Anything else (a handshake, the workload's end near, a deadline within reach).
+    Busy,
+}
+
+/// What a side reports at a window's edge.
+#[derive(Clone)]
+struct Edge {
+    halves: Vec<Half>,
+    /// The latest end of the next window this side's flows allow.
+    until: Instant,
+    cancelled: bool,
+}
+
+/// Whether the window `[from, to)` may run apart, from both sides' edges.
+fn may_run_apart(edges: &[Edge; 2], to: Instant) -> bool {
+    let [clients, servers] = edges;
+    !clients.cancelled
+        && to <= clients.until.min(servers.until)
+        && clients.halves.iter().zip(&servers.halves).all(|pair| matches!(pair, (Half::Idle, Half::Idle) | (Half::Steady, Half::Steady)))
+}
+
+/// One end of a flow, on its side's thread: `App` is `dyn ClientApp` or `dyn ServerApp`.
+struct End<'a, App: ?Sized> {
+    spec: &'a FlowSpec,
+    endpoint: &'a mut Endpoint<u8>,
+    conn: &'a mut Option<ConnectionHandle>,
+    app: &'a mut Box<App>,
+    last_rx: &'a mut Instant,
+    /// The flow's goodput series, at the end that reads the workload's data.
+    series: Option<&'a mut Vec<u64>>,
+    io: Io<'a>,
+    ended: bool,
+}
+
+type ClientEnd<'a> = End<'a, dyn ClientApp>;
+type ServerEnd<'a> = End<'a, dyn ServerApp>;
+
+/// The flow's record ([`FlowIo`]) as one end's application sees it during the windows.
+/// While a flow is steady only the application that reads the workload's data writes it
+/// (the server for a transfer or a stream, the client for echo: a client application
+/// writes it at a stream's start and at a timed transfer's end, neither in a window, and
+/// the echo server's count is not reported); that end has the record, the other a scratch
+/// one, so the threads share nothing.
+enum Io<'a> {
+    Record(&'a mut FlowIo),
+    Scratch(Box<FlowIo>),
+}
+
+impl Io<'_> {
+    fn get(&mut self) -> &mut FlowIo {
+        match self {
+            Io::Record(io) => io,
+            Io::Scratch(io) => io,
+        }
+    }
+}
+
+/// The ends one thread runs: every flow's client end, or every flow's server end.
+enum Ends<'a> {
+    Clients(Vec<ClientEnd<'a>>),
+    Servers(Vec<ServerEnd<'a>>),
+}
+
+/// One side of the run and what it needs from the whole.
+struct Side<'a> {
+    side: u8,
+    ends: Ends<'a>,
+    /// The channels this side sends into (`None`: the other side's), by index.
+    channels: Vec<Option<&'a mut Channel>>,
+    /// Each channel's hosts (from, to), by index.
+    hosts: &'a [(usize, usize)],
+    side_of_host: &'a [u8],
+    /// What the other side's channels bring this side in the current window, by channel
+    /// index, in the order the links deliver it.
+    inbox: Vec<VecDeque<Arrival>>,
+    events: &'a [LinkEventSpec],
+    /// Link events before this one were applied (or belong to the other side).
+    next_event: usize,
+    pool: Vec<Vec<u8>>,
+    buf: Vec<u8>,
+    datagram_room: usize,
+    header_overhead: usize,
+    series_interval: u64,
+    /// The instant at which a step kept finding more to do (a fault, as in one thread).
+    stuck: Option<Instant>,
+}
+
+/// A packet that crossed to the other side, due at `at`.
+struct Arrival {
+    at: u64,
+    packet: InTransit,
+    corrupt: bool,
+}
+
+/// What both threads share.
+struct Meeting {
+    barrier: SpinBarrier,
+    edges: Mutex<[Option<Edge>; 2]>,
+    /// For each side, the packets the other side's channels bring it in the next window:
+    /// (channel, packets), and the other side's spare datagram buffers.
+    mail: [Mutex<(Vec<(usize, VecDeque<Arrival>)>, Vec<Vec<u8>>)>; 2],
+}
+
+/// A barrier for the two threads that spins: a window is a fraction of a millisecond of
+/// work, and a sleeping thread's wake-up (tens of microseconds here) would be a good part
+/// of it. It yields to the OS after a while, for a machine with fewer free cores than threads.
+struct SpinBarrier {
+    arrived: AtomicUsize,
+    generation: AtomicUsize,
+}
+
+impl SpinBarrier {
+    fn new() -> SpinBarrier {
+        SpinBarrier { arrived: AtomicUsize::new(0), generation: AtomicUsize::new(0) }
+    }
+
+    fn wait(&self) {
+        let generation = self.generation.load(Ordering::Acquire);
+        if self.arrived.fetch_add(1, Ordering::AcqRel) == 1 {
+            self.arrived.store(0, Ordering::Relaxed);
+            self.generation.fetch_add(1, Ordering::Release);
+            return;
+        }
+        let mut spins = 0u32;
+        while self.generation.load(Ordering::Acquire) == generation {
+            if spins < 20_000 {
+                std::hint::spin_loop();
+                spins += 1;
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+impl Simulation {
+    /// Whether the window starting now could run apart, judged here with the whole run in
+    /// hand (the sides judge each later window themselves, the same way).
+    pub(super) fn may_run_apart_now(&self, partition: &Partition, deadline: Instant) -> bool {
+        let to = self.now + partition.lookahead;
+        let mut halves = [Vec::new(), Vec::new()];
+        let mut until = deadline;
+        for flow in &self.flows {
+            let ended = flow.ended.is_some();
+            let (client, u) = client_half(ended, flow.client_conn, &flow.client, flow.client_app.as_ref(), self.now);
+            until = until.min(u);
+            let (server, u) = server_half(ended, flow.server_conn, &flow.server);
+            until = until.min(u);
+            halves[0].push(client);
+            halves[1].push(server);
+        }
+        let [clients, servers] = halves;
+        let edges = [Edge { halves: clients, until, cancelled: false }, Edge { halves: servers, until, cancelled: false }];
+        may_run_apart(&edges, to)
+    }
+
+    /// Runs windows on two threads from `self.now` while every flow allows it. Returns the
+    /// first instant not simulated (every event before it is done), and an instant at which
+    /// a side got stuck, if one did.
+    pub(super) fn run_apart(&mut self, partition: &Partition, deadline: Instant) -> (Instant, Option<Instant>) {
+        let from = self.now;
+        let hosts: Vec<(usize, usize)> = self.channels.iter().map(|c| (c.from, c.to)).collect();
+        let side_of_host = &partition.side_of_host;
+        let (mut client_channels, mut server_channels): (Vec<Option<&mut Channel>>, Vec<Option<&mut Channel>>) =
+            self.channels.iter_mut().map(|c| if side_of_host[c.from] == 0 { (Some(c), None) } else { (None, Some(c)) }).unzip();
+        let mut clients = Vec::with_capacity(self.flows.len());
+        let mut servers = Vec::with_capacity(self.flows.len());
+        for flow in &mut self.flows {
+            let Flow { spec, client, server, client_conn, server_conn, client_app, server_app, io, ended, last_rx_client, last_rx_server, series, .. } = flow;
+            let (spec, ended) = (&*spec, ended.is_some());
+            let (client_series, server_series, client_io, server_io) = match spec.workload {
+                Workload::Echo { .. } => (Some(series), None, Io::Record(io), Io::Scratch(Box::new(FlowIo::scratch()))),
+                Workload::Bulk { .. } | Workload::Stream { .. } => (None, Some(series), Io::Scratch(Box::new(FlowIo::scratch())), Io::Record(io)),
+            };
+            clients.push(ClientEnd { spec, endpoint: client, conn: client_conn, app: client_app, last_rx: last_rx_client, series: client_series, io: client_io, ended });
+            servers.push(ServerEnd { spec, endpoint: server, conn: server_conn, app: server_app, last_rx: last_rx_server, series: server_series, io: server_io, ended });
+        }
+        let first_event = self.next_event;
+        let (pool, buf) = (std::mem::take(&mut self.pool), std::mem::take(&mut self.buf));
+        let series_interval = self.scenario.series.total_micros();
+        let (datagram_room, header_overhead, events) = (self.datagram_room, self.scenario.header_overhead, &self.events[..]);
+        let mut client_side = Side {
+            side: 0,
+            ends: Ends::Clients(clients),
+            channels: std::mem::take(&mut client_channels),
+            hosts: &hosts,
+            side_of_host,
+            inbox: (0..hosts.len()).map(|_| VecDeque::new()).collect(),
+            events,
+            next_event: first_event,
+            pool,
+            buf,
+            datagram_room,
+            header_overhead,
+            series_interval,
+            stuck: None,
+        };
+        let mut server_side = Side {
+            side: 1,
+            ends: Ends::Servers(servers),
+            channels: std::mem::take(&mut server_channels),
+            hosts: &hosts,
+            side_of_host,
+            inbox: (0..hosts.len()).map(|_| VecDeque::new()).collect(),
+            events,
+            next_event: first_event,
+            pool: Vec::new(),
+            buf: vec![0; 65_536],
+            datagram_room,
+            header_overhead,
+            series_interval,
+            stuck: None,
+        };
+        let meeting = Meeting { barrier: SpinBarrier::new(), edges: Mutex::new([None, None]), mail: [Mutex::new(Default::default()), Mutex::new(Default::default())] };
+        let cancel = self.cancel.clone();
+        let lookahead = partition.lookahead;
+        let frontier = std::thread::scope(|scope| {
+            let servers = std::thread::Builder::new()
+                .name("sim-servers".into())
+                .spawn_scoped(scope, || server_side.run(from, lookahead, deadline, &meeting, None))
+                .expect("a thread for the servers' side");
+            let frontier = client_side.run(from, lookahead, deadline, &meeting, cancel.as_deref());
+            let server_frontier = servers.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            debug_assert_eq!(frontier, server_frontier, "the sides stopped at different instants");
+            frontier
+        });
+        let stuck = client_side.stuck.or(server_side.stuck);
+        debug_assert!(client_side.inbox.iter().chain(&server_side.inbox).all(|b| b.is_empty()), "a packet that crossed was not delivered");
+        let (pool, buf) = (client_side.pool, client_side.buf);
+        let mut more = server_side.pool;
+        self.pool = pool;
+        self.pool.append(&mut more);
+        self.buf = buf;
+        // Link events before the frontier were applied by the side that owns each channel.
+        while self.events.get(self.next_event).is_some_and(|e| Instant::ZERO + e.at < frontier) {
+            self.next_event += 1;
+        }
+        (frontier, stuck)
+    }
+}
+
+/// A flow's client end at a window's edge, and the latest end of a window it allows.
+fn client_half(ended: bool, conn: Option<ConnectionHandle>, endpoint: &Endpoint<u8>, app: &dyn ClientApp, now: Instant) -> (Half, Instant) {
+    let never = Instant::from_micros(u64::MAX);
+    if ended {
+        return (Half::Idle, never);
+    }
+    // Not begun: its first packet, sent in the window at the earliest, arrives after it.
+    let Some(conn) = conn.and_then(|h| endpoint.connection(h)) else { return (Half::Idle, never) };
+    if conn.state() != State::Established || app.done_writing() {
+        return (Half::Busy, never);
+    }
+    let mut until = conn.fatal_deadline().unwrap_or(never);
+    if let Some(at) = app.reads_server_at() {
+        if at < now {
+            return (Half::Busy, never);
+        }
+        until = until.min(at);
+    }
+    (Half::Steady, until)
+}
+
+/// A flow's server end at a window's edge, and the latest end of a window it allows.
+fn server_half(ended: bool, conn: Option<ConnectionHandle>, endpoint: &Endpoint<u8>) -> (Half, Instant) {
+    let never = Instant::from_micros(u64::MAX);
+    if ended {
+        return (Half::Idle, never);
+    }
+    match conn.and_then(|h| endpoint.connection(h)) {
+        // No connection yet: steady only if the client has not begun either (see `may_run_apart`).
+        None => (Half::Idle, never),
+        Some(conn) if conn.state() == State::Established => (Half::Steady, conn.fatal_deadline().unwrap_or(never)),
+        Some(_) => (Half::Busy, never),
+    }
+}
+
+impl Side<'_> {
+    /// Windows from `from` until the sides' edges say no; returns where they stopped.
+    fn run(&mut self, mut from: Instant, lookahead: Duration, deadline: Instant, meeting: &Meeting, cancel: Option<&AtomicBool>) -> Instant {
+        let other = 1 - self.side as usize;
+        loop {
+            let mut edge = self.edge(from, deadline);
+            edge.cancelled = cancel.is_some_and(|c| c.load(Ordering::Relaxed));
+            lock(&meeting.edges)[self.side as usize] = Some(edge);
+            meeting.barrier.wait();
+            let to = from + lookahead;
+            let go = match &*lock(&meeting.edges) {
+                [Some(a), Some(b)] => may_run_apart(&[a.clone(), b.clone()], to),
+                _ => false,
+            };
+            // Both decided alike, from the same edges.
+            if !go {
+                return from;
+            }
+            // What this side's channels bring the other within the window left before it,
+            // and the buffers of what the other side sent here: a side that mostly sends
+            // (data) would otherwise allocate a buffer per packet, and the one that mostly
+            // receives would keep them all.
+            let spare = self.pool.split_off(self.pool.len().min(KEEP_BUFFERS));
+            *lock(&meeting.mail[other]) = (self.outgoing(from, to), spare);
+            // The mail is posted, and both have read the edges before either writes the next.
+            meeting.barrier.wait();
+            let (packets, mut buffers) = std::mem::take(&mut *lock(&meeting.mail[self.side as usize]));
+            for (c, packets) in packets {
+                self.inbox[c] = packets;
+            }
+            self.pool.append(&mut buffers);
+            self.window(from, to);
+            from = to;
+        }
+    }
+
+    fn edge(&self, now: Instant, deadline: Instant) -> Edge {
+        let mut until = deadline;
+        let halves = match &self.ends {
+            Ends::Clients(ends) => ends
+                .iter()
+                .map(|end| {
+                    let (half, u) = client_half(end.ended, *end.conn, end.endpoint, end.app.as_ref(), now);
+                    until = until.min(u);
+                    half
+                })
+                .collect(),
+            Ends::Servers(ends) => ends
+                .iter()
+                .map(|end| {
+                    let (half, u) = server_half(end.ended, *end.conn, end.endpoint);
+                    until = until.min(u);
+                    half
+                })
+                .collect(),
+        };
+        // A stuck side stops the windows.
+        Edge { halves, until: if self.stuck.is_some() { Instant::ZERO } else { until }, cancelled: false }
+    }
+
+    /// Takes off each channel from this side to the other what arrives before `to`: all of
+    /// it left before `from` (no channel between the sides is quicker than the window), so
+    /// the link is run to just before `from` first. Packets leaving at `from` itself leave
+    /// in the window, after the link events due then (as on one thread).
+    fn outgoing(&mut self, from: Instant, to: Instant) -> Vec<(usize, VecDeque<Arrival>)> {
+        let mut mail = Vec::new();
+        for (c, channel) in self.channels.iter_mut().enumerate() {
+            let Some(channel) = channel else { continue };
+            if self.side_of_host[channel.to] == self.side {
+                continue;
+            }
+            channel.link.run_until(from.total_micros().saturating_sub(1));
+            let mut packets = VecDeque::new();
+            while let Some(d) = channel.link.poll_arrival(to.total_micros() - 1) {
+                packets.push_back(Arrival { at: d.due, packet: d.packet, corrupt: d.corrupt.is_some() });
+            }
+            mail.push((c, packets));
+        }
+        mail
+    }
+
+    /// Every instant of `[from, to)` at which this side has something to do.
+    fn window(&mut self, from: Instant, to: Instant) {
+        let mut now = from;
+        let mut steps_here = 0u32;
+        loop {
+            self.step(now);
+            let Some(next) = self.next_wakeup().filter(|&next| next < to) else { break };
+            if next <= now {
+                steps_here += 1;
+                if steps_here > MAX_STEPS_AT_ONE_INSTANT {
+                    self.stuck = Some(now);
+                    break;
+                }
+            } else {
+                steps_here = 0;
+                self.record_series(next);
+                now = next;
+            }
+        }
+        self.record_series(to);
+    }
+
+    /// As [`Simulation::step`], for this side's ends and channels.
+    fn step(&mut self, now: Instant) {
+        self.apply_link_events(now);
+        self.deliver(now);
+        match &mut self.ends {
+            Ends::Clients(ends) => {
+                for end in ends.iter_mut() {
+                    if end.endpoint.poll_timeout().is_some_and(|d| d <= now) {
+                        end.endpoint.handle_timeout(now);
+                    }
+                }
+                for end in ends.iter_mut() {
+                    if end.conn.is_none() {
+                        if now < Instant::ZERO + end.spec.start {
+                            continue;
+                        }
+                        *end.conn = Some(end.endpoint.connect(now, SERVER));
+                    }
+                    let has_work = end.conn.and_then(|h| end.endpoint.connection(h)).is_some_and(|c| end.app.has_work(now, c));
+                    if let Some(conn) = end.conn.filter(|_| has_work).and_then(|h| end.endpoint.connection_mut(h)) {
+                        end.app.run(now, conn, end.io.get());
+                    }
+                }
+            }
+            Ends::Servers(ends) => {
+                for end in ends.iter_mut() {
+                    if end.endpoint.poll_timeout().is_some_and(|d| d <= now) {
+                        end.endpoint.handle_timeout(now);
+                    }
+                }
+                for end in ends.iter_mut() {
+                    let has_work = end.conn.and_then(|h| end.endpoint.connection(h)).is_some_and(|c| end.app.has_work(c));
+                    if let Some(conn) = end.conn.filter(|_| has_work).and_then(|h| end.endpoint.connection_mut(h)) {
+                        end.app.run(now, conn, end.io.get());
+                    }
+                }
+            }
+        }
+        self.transmit(now);
+        match &mut self.ends {
+            Ends::Clients(ends) => ends.iter_mut().for_each(|end| while end.endpoint.poll_event().is_some() {}),
+            Ends::Servers(ends) => ends.iter_mut().for_each(|end| while end.endpoint.poll_event().is_some() {}),
+        }
+    }
+
+    /// As [`Simulation::apply_link_events`], for the channels this side sends into.
+    fn apply_link_events(&mut self, now: Instant) {
+        while let Some(event) = self.events.get(self.next_event).filter(|e| Instant::ZERO + e.at <= now) {
+            self.next_event += 1;
+            for direction in [Direction::Up, Direction::Down] {
+                if !event.directions.includes(direction) {
+                    continue;
+                }
+                // The other side's channel: that side applies it.
+                if let Some(channel) = self.channels[2 * event.link + usize::from(direction == Direction::Down)].as_deref_mut() {
+                    channel.apply(event, now);
+                }
+            }
+        }
+    }
+
+    /// As [`Simulation::deliver`], for the channels that lead to this side's hosts.
+    fn deliver(&mut self, now: Instant) {
+        let t = now.total_micros();
+        loop {
+            let mut moved = false;
+            for c in 0..self.hosts.len() {
+                if self.side_of_host[self.hosts[c].1] != self.side {
+                    continue;
+                }
+                loop {
+                    let (packet, corrupt) = match self.channels[c].as_deref_mut() {
+                        Some(channel) => match channel.link.poll_delivery(t) {
+                            Some(d) => (d.packet, d.corrupt.is_some()),
+                            None => break,
+                        },
+                        None => match self.inbox[c].front().filter(|a| a.at <= t) {
+                            Some(_) => self.inbox[c].pop_front().map(|a| (a.packet, a.corrupt)).expect("just seen"),
+                            None => break,
+                        },
+                    };
+                    moved = true;
+                    if corrupt {
+                        continue;
+                    }
+                    self.arrive(now, packet);
+                }
+            }
+            if !moved {
+                break;
+            }
+        }
+    }
+
+    /// A packet reached a host of this side: on along its path, or into its endpoint.
+    fn arrive(&mut self, now: Instant, mut packet: InTransit) {
+        let t = now.total_micros();
+        let spec = match &self.ends {
+            Ends::Clients(ends) => ends[packet.flow as usize].spec,
+            Ends::Servers(ends) => ends[packet.flow as usize].spec,
+        };
+        let path = if packet.to_server { &spec.path } else { &spec.return_path };
+        let next = packet.hop as usize + 1;
+        if let Some(&hop) = path.get(next) {
+            packet.hop = next as u16;
+            let size = packet.len + self.header_overhead;
+            self.enqueue(channel_index(hop), t, packet, size);
+            return;
+        }
+        match &mut self.ends {
+            Ends::Servers(ends) => {
+                let end = &mut ends[packet.flow as usize];
+                *end.last_rx = now;
+                if let Some(response) = serve_datagram(now, end.endpoint, end.conn, &mut packet, &mut self.buf, &mut self.pool, self.datagram_room) {
+                    let size = response.len + self.header_overhead;
+                    Self::send_into(&mut self.channels, channel_index(end.spec.return_path[0]), t, response, size);
+                }
+            }
+            Ends::Clients(ends) => {
+                let end = &mut ends[packet.flow as usize];
+                *end.last_rx = now;
+                end.endpoint.handle_datagram_in_place(now, SERVER, &mut packet.datagram[..packet.len], &mut self.buf);
+            }
+        }
+        self.pool.push(packet.datagram);
+    }
+
+    fn enqueue(&mut self, c: usize, t: u64, packet: InTransit, size: usize) {
+        Self::send_into(&mut self.channels, c, t, packet, size);
+    }
+
+    /// Puts a packet into channel `c`, which leaves a host of this side (so this side runs it).
+    fn send_into(channels: &mut [Option<&mut Channel>], c: usize, t: u64, packet: InTransit, size: usize) {
+        channels[c].as_deref_mut().expect("a packet leaves a host of its own side").link.enqueue(t, packet, size);
+    }
+
+    /// As [`Simulation::transmit`], for this side's ends.
+    fn transmit(&mut self, now: Instant) {
+        let t = now.total_micros();
+        let overhead = self.header_overhead;
+        let (pool, room, channels) = (&mut self.pool, self.datagram_room, &mut self.channels);
+        let mut send = |index: usize, to_server: bool, endpoint: &mut Endpoint<u8>, path: &[fencepost_spec::Hop]| {
+            let first = channel_index(path[0]);
+            loop {
+                let mut datagram = Simulation::pooled(pool, room);
+                let Some((_, transmit)) = endpoint.poll_transmit(now, &mut datagram) else {
+                    pool.push(datagram);
+                    break;
+                };
+                let packet = InTransit { flow: index as u32, to_server, hop: 0, datagram, len: transmit.size };
+                Self::send_into(channels, first, t, packet, transmit.size + overhead);
+            }
+        };
+        match &mut self.ends {
+            Ends::Clients(ends) => ends.iter_mut().enumerate().for_each(|(i, end)| send(i, true, end.endpoint, &end.spec.path)),
+            Ends::Servers(ends) => ends.iter_mut().enumerate().for_each(|(i, end)| send(i, false, end.endpoint, &end.spec.return_path)),
+        }
+    }
+
+    /// The next instant at which this side has something to do.
+    fn next_wakeup(&mut self) -> Option<Instant> {
+        let mut next: Option<Instant> = None;
+        let mut consider = |t: Option<Instant>| {
+            if let Some(t) = t {
+                next = Some(next.map_or(t, |n: Instant| n.min(t)));
+            }
+        };
+        for c in 0..self.hosts.len() {
+            if self.side_of_host[self.hosts[c].1] != self.side {
+                continue;
+            }
+            // Arrivals here: on a channel this side runs, its own times (the bottleneck too).
+            match self.channels[c].as_deref() {
+                Some(channel) => consider(channel.link.poll_timeout().map(Instant::from_micros)),
+                None => consider(self.inbox[c].front().map(|a| Instant::from_micros(a.at))),
+            }
+        }
+        match &mut self.ends {
+            Ends::Clients(ends) => {
+                for end in ends.iter_mut() {
+                    consider(end.endpoint.poll_timeout());
+                    if end.conn.is_none() {
+                        consider(Some(Instant::ZERO + end.spec.start));
+                    } else if !end.ended {
+                        consider(end.app.wakeup());
+                    }
+                }
+            }
+            Ends::Servers(ends) => ends.iter_mut().for_each(|end| consider(end.endpoint.poll_timeout())),
+        }
+        // This side's link events (the other side's are skipped as they come).
+        let owned = |e: &LinkEventSpec| {
+            [Direction::Up, Direction::Down]
+                .into_iter()
+                .any(|d| e.directions.includes(d) && self.channels[2 * e.link + usize::from(d == Direction::Down)].is_some())
+        };
+        consider(self.events[self.next_event.min(self.events.len())..].iter().find(|e| owned(e)).map(|e| Instant::ZERO + e.at));
+        next
+    }
+
+    /// As [`Simulation::record_series`], for the series this side's ends read.
+    fn record_series(&mut self, until: Instant) {
+        let interval = self.series_interval;
+        if interval == 0 {
+            return;
+        }
+        let record = |series: &mut Option<&mut Vec<u64>>, workload: &Workload, io: &mut Io<'_>| {
+            let Some(series) = series else { return };
+            let count = delivered(workload, io.get());
+            while (series.len() as u64 + 1) * interval <= until.total_micros() {
+                series.push(count);
+            }
+        };
+        match &mut self.ends {
+            Ends::Clients(ends) => ends.iter_mut().for_each(|end| record(&mut end.series, &end.spec.workload, &mut end.io)),
+            Ends::Servers(ends) => ends.iter_mut().for_each(|end| record(&mut end.series, &end.spec.workload, &mut end.io)),
+        }
+    }
+}
+
