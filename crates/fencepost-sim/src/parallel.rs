@@ -13,10 +13,11 @@
 //!   answer the time only with what is due by then), so a side may skip the instants at
 //!   which only the other side has something to do, as the one-thread loop steps at every
 //!   instant of either.
-//! - A link draws its randomness in the order of simulated time whoever calls it; the side
-//!   that sends into a channel between the sides runs it (enqueues, the bottleneck), and the
-//!   side it leads to takes arrivals off its wire, which the sender filled up to the window's
-//!   start: anything arriving within the window left before it.
+//! - A link draws its randomness in the order of simulated time whoever calls it. A channel
+//!   between the sides is run by the side it leads to, a window late: what the other side
+//!   sent into it during a window goes in at the window's edge, with its link events, in
+//!   time order, and the link is run to the edge; anything arriving within the next window
+//!   left before it, so it is on the wire then and is taken off without running the link on.
 //! - Only the bookkeeping of a flow looks at both of its ends at one instant (its end,
 //!   the counters taken when its workload completes, a timed transfer's count at its
 //!   end). A window runs apart only when no flow can end or complete within it: each end
@@ -29,7 +30,6 @@ use crate::apps::{ClientApp, FlowIo, ServerApp};
 use fencepost_proto::congestion::ControllerConfig;
 use fencepost_proto::{ConnectionHandle, Duration, Endpoint, Instant, State};
 use fencepost_spec::{Direction, FlowSpec, LinkAction, LinkEventSpec, Scenario, Workload};
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -183,17 +183,23 @@ enum Ends<'a> {
 struct Side<'a> {
     side: u8,
     ends: Ends<'a>,
-    /// The channels this side sends into (`None`: the other side's), by index.
+    /// The channels this side runs, by index: those between its own hosts, and those that
+    /// lead to it from the other side (`late`); `None` for the rest.
     channels: Vec<Option<&'a mut Channel>>,
+    /// Channels from the other side that this side runs a window late: what the other side
+    /// sends into them during a window is put in at the next window's edge.
+    late: Vec<bool>,
+    /// What this side sent in the current window into the channels the other side runs.
+    sent: Vec<Vec<Sent>>,
     /// Each channel's hosts (from, to), by index.
     hosts: &'a [(usize, usize)],
     side_of_host: &'a [u8],
-    /// What the other side's channels bring this side in the current window, by channel
-    /// index, in the order the links deliver it.
-    inbox: Vec<VecDeque<Arrival>>,
     events: &'a [LinkEventSpec],
-    /// Link events before this one were applied (or belong to the other side).
+    /// Link events before this one were applied, or are not this side's to apply while
+    /// stepping (those of `late` channels go in at the edges).
     next_event: usize,
+    /// Link events of `late` channels before this one were applied.
+    next_late_event: usize,
     pool: Vec<Vec<u8>>,
     buf: Vec<u8>,
     datagram_room: usize,
@@ -203,20 +209,27 @@ struct Side<'a> {
     stuck: Option<Instant>,
 }
 
-/// A packet that crossed to the other side, due at `at`.
-struct Arrival {
+/// A packet sent at `at` into a channel the other side runs.
+struct Sent {
     at: u64,
     packet: InTransit,
-    corrupt: bool,
+    size: usize,
 }
 
-/// What both threads share.
+/// What the sides leave each other at one window's edge.
+#[derive(Default)]
+struct Slot {
+    edges: [Option<Edge>; 2],
+    /// For each side: what the other side sent into the channels this one runs, by channel,
+    /// and the other side's spare datagram buffers (mostly those of what it received).
+    mail: [(Vec<(usize, Vec<Sent>)>, Vec<Vec<u8>>); 2],
+}
+
+/// What both threads share: one barrier per window, and two slots used in turn, so that
+/// one side may fill the next while the other still reads this one.
 struct Meeting {
     barrier: SpinBarrier,
-    edges: Mutex<[Option<Edge>; 2]>,
-    /// For each side, the packets the other side's channels bring it in the next window:
-    /// (channel, packets), and the other side's spare datagram buffers.
-    mail: [Mutex<(Vec<(usize, VecDeque<Arrival>)>, Vec<Vec<u8>>)>; 2],
+    slots: [Mutex<Slot>; 2],
 }
 
 /// A barrier for the two threads that spins: a window is a fraction of a millisecond of
@@ -225,28 +238,47 @@ struct Meeting {
 struct SpinBarrier {
     arrived: AtomicUsize,
     generation: AtomicUsize,
+    /// A thread panicked: the other must not wait for it (the panic goes on when the threads join).
+    broken: AtomicBool,
 }
 
 impl SpinBarrier {
     fn new() -> SpinBarrier {
-        SpinBarrier { arrived: AtomicUsize::new(0), generation: AtomicUsize::new(0) }
+        SpinBarrier { arrived: AtomicUsize::new(0), generation: AtomicUsize::new(0), broken: AtomicBool::new(false) }
     }
 
-    fn wait(&self) {
+    /// Waits for the other thread; `false` if it panicked instead.
+    #[must_use]
+    fn wait(&self) -> bool {
         let generation = self.generation.load(Ordering::Acquire);
         if self.arrived.fetch_add(1, Ordering::AcqRel) == 1 {
             self.arrived.store(0, Ordering::Relaxed);
             self.generation.fetch_add(1, Ordering::Release);
-            return;
+            return true;
         }
         let mut spins = 0u32;
         while self.generation.load(Ordering::Acquire) == generation {
+            if self.broken.load(Ordering::Relaxed) {
+                return false;
+            }
             if spins < 20_000 {
                 std::hint::spin_loop();
                 spins += 1;
             } else {
                 std::thread::yield_now();
             }
+        }
+        true
+    }
+}
+
+/// Breaks the barrier if its thread unwinds, so that the other stops waiting.
+struct BreakOnPanic<'a>(&'a SpinBarrier);
+
+impl Drop for BreakOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.broken.store(true, Ordering::Relaxed);
         }
     }
 }
@@ -279,8 +311,10 @@ impl Simulation {
         let from = self.now;
         let hosts: Vec<(usize, usize)> = self.channels.iter().map(|c| (c.from, c.to)).collect();
         let side_of_host = &partition.side_of_host;
+        // Each channel is run by the side it leads to.
         let (mut client_channels, mut server_channels): (Vec<Option<&mut Channel>>, Vec<Option<&mut Channel>>) =
-            self.channels.iter_mut().map(|c| if side_of_host[c.from] == 0 { (Some(c), None) } else { (None, Some(c)) }).unzip();
+            self.channels.iter_mut().map(|c| if side_of_host[c.to] == 0 { (Some(c), None) } else { (None, Some(c)) }).unzip();
+        let late = |side: u8| hosts.iter().map(|&(from, to)| side_of_host[to] == side && side_of_host[from] != side).collect::<Vec<bool>>();
         let mut clients = Vec::with_capacity(self.flows.len());
         let mut servers = Vec::with_capacity(self.flows.len());
         for flow in &mut self.flows {
@@ -301,11 +335,13 @@ impl Simulation {
             side: 0,
             ends: Ends::Clients(clients),
             channels: std::mem::take(&mut client_channels),
+            late: late(0),
+            sent: (0..hosts.len()).map(|_| Vec::new()).collect(),
             hosts: &hosts,
             side_of_host,
-            inbox: (0..hosts.len()).map(|_| VecDeque::new()).collect(),
             events,
             next_event: first_event,
+            next_late_event: first_event,
             pool,
             buf,
             datagram_room,
@@ -317,11 +353,13 @@ impl Simulation {
             side: 1,
             ends: Ends::Servers(servers),
             channels: std::mem::take(&mut server_channels),
+            late: late(1),
+            sent: (0..hosts.len()).map(|_| Vec::new()).collect(),
             hosts: &hosts,
             side_of_host,
-            inbox: (0..hosts.len()).map(|_| VecDeque::new()).collect(),
             events,
             next_event: first_event,
+            next_late_event: first_event,
             pool: Vec::new(),
             buf: vec![0; 65_536],
             datagram_room,
@@ -329,7 +367,7 @@ impl Simulation {
             series_interval,
             stuck: None,
         };
-        let meeting = Meeting { barrier: SpinBarrier::new(), edges: Mutex::new([None, None]), mail: [Mutex::new(Default::default()), Mutex::new(Default::default())] };
+        let meeting = Meeting { barrier: SpinBarrier::new(), slots: Default::default() };
         let cancel = self.cancel.clone();
         let lookahead = partition.lookahead;
         let frontier = std::thread::scope(|scope| {
@@ -343,7 +381,7 @@ impl Simulation {
             frontier
         });
         let stuck = client_side.stuck.or(server_side.stuck);
-        debug_assert!(client_side.inbox.iter().chain(&server_side.inbox).all(|b| b.is_empty()), "a packet that crossed was not delivered");
+        debug_assert!(client_side.sent.iter().chain(&server_side.sent).all(|s| s.is_empty()), "a packet that crossed was not put in");
         let (pool, buf) = (client_side.pool, client_side.buf);
         let mut more = server_side.pool;
         self.pool = pool;
@@ -395,37 +433,45 @@ fn server_half(ended: bool, conn: Option<ConnectionHandle>, endpoint: &Endpoint<
 impl Side<'_> {
     /// Windows from `from` until the sides' edges say no; returns where they stopped.
     fn run(&mut self, mut from: Instant, lookahead: Duration, deadline: Instant, meeting: &Meeting, cancel: Option<&AtomicBool>) -> Instant {
-        let other = 1 - self.side as usize;
-        loop {
+        let (me, other) = (self.side as usize, 1 - self.side as usize);
+        let _guard = BreakOnPanic(&meeting.barrier);
+        for window in 0usize.. {
+            let slot = &meeting.slots[window % 2];
             let mut edge = self.edge(from, deadline);
             edge.cancelled = cancel.is_some_and(|c| c.load(Ordering::Relaxed));
-            lock(&meeting.edges)[self.side as usize] = Some(edge);
-            meeting.barrier.wait();
+            // What this side sent in the last window into the other's channels, and the
+            // buffers of what it received: a side that mostly sends (data) would otherwise
+            // allocate a buffer per packet, and the one that mostly receives keep them all.
+            let sent: Vec<(usize, Vec<Sent>)> = self.sent.iter_mut().enumerate().filter(|(_, s)| !s.is_empty()).map(|(c, s)| (c, std::mem::take(s))).collect();
+            let spare = self.pool.split_off(self.pool.len().min(KEEP_BUFFERS));
+            {
+                let mut slot = lock(slot);
+                slot.edges[me] = Some(edge);
+                slot.mail[other] = (sent, spare);
+            }
+            if !meeting.barrier.wait() {
+                return from;
+            }
             let to = from + lookahead;
-            let go = match &*lock(&meeting.edges) {
-                [Some(a), Some(b)] => may_run_apart(&[a.clone(), b.clone()], to),
-                _ => false,
+            let (go, (sent, mut buffers)) = {
+                let mut slot = lock(slot);
+                let go = match &slot.edges {
+                    [Some(a), Some(b)] => may_run_apart(&[a.clone(), b.clone()], to),
+                    _ => false,
+                };
+                (go, std::mem::take(&mut slot.mail[me]))
             };
+            self.pool.append(&mut buffers);
+            // Whether or not the next window runs apart, the last one's packets go in.
+            self.put_in_late(from, sent);
             // Both decided alike, from the same edges.
             if !go {
                 return from;
             }
-            // What this side's channels bring the other within the window left before it,
-            // and the buffers of what the other side sent here: a side that mostly sends
-            // (data) would otherwise allocate a buffer per packet, and the one that mostly
-            // receives would keep them all.
-            let spare = self.pool.split_off(self.pool.len().min(KEEP_BUFFERS));
-            *lock(&meeting.mail[other]) = (self.outgoing(from, to), spare);
-            // The mail is posted, and both have read the edges before either writes the next.
-            meeting.barrier.wait();
-            let (packets, mut buffers) = std::mem::take(&mut *lock(&meeting.mail[self.side as usize]));
-            for (c, packets) in packets {
-                self.inbox[c] = packets;
-            }
-            self.pool.append(&mut buffers);
             self.window(from, to);
             from = to;
         }
+        unreachable!("the windows end by returning")
     }
 
     fn edge(&self, now: Instant, deadline: Instant) -> Edge {
@@ -452,25 +498,51 @@ impl Side<'_> {
         Edge { halves, until: if self.stuck.is_some() { Instant::ZERO } else { until }, cancelled: false }
     }
 
-    /// Takes off each channel from this side to the other what arrives before `to`: all of
-    /// it left before `from` (no channel between the sides is quicker than the window), so
-    /// the link is run to just before `from` first. Packets leaving at `from` itself leave
-    /// in the window, after the link events due then (as on one thread).
-    fn outgoing(&mut self, from: Instant, to: Instant) -> Vec<(usize, VecDeque<Arrival>)> {
-        let mut mail = Vec::new();
-        for (c, channel) in self.channels.iter_mut().enumerate() {
-            let Some(channel) = channel else { continue };
-            if self.side_of_host[channel.to] == self.side {
+    /// Puts into the channels this side runs late what the other side sent into them
+    /// before `from`, with their link events, in the order of simulated time (a link event
+    /// before a packet sent at the same instant, as a step applies events first); then runs
+    /// those links up to just before `from`. Every packet that arrives in the window starting
+    /// at `from` left before it, so it is on the wire then, and the window takes arrivals
+    /// off the wire without running the link further. Packets leaving at `from` itself
+    /// leave after the link events due then, as on one thread.
+    fn put_in_late(&mut self, from: Instant, sent: Vec<(usize, Vec<Sent>)>) {
+        let mut events: Vec<(usize, &LinkEventSpec)> = Vec::new();
+        while let Some(event) = self.events.get(self.next_late_event).filter(|e| Instant::ZERO + e.at < from) {
+            self.next_late_event += 1;
+            for (c, direction) in [(2 * event.link, Direction::Up), (2 * event.link + 1, Direction::Down)] {
+                if self.late[c] && event.directions.includes(direction) {
+                    events.push((c, event));
+                }
+            }
+        }
+        let mut sent: Vec<Option<Vec<Sent>>> = {
+            let mut by_channel: Vec<Option<Vec<Sent>>> = (0..self.late.len()).map(|_| None).collect();
+            for (c, packets) in sent {
+                by_channel[c] = Some(packets);
+            }
+            by_channel
+        };
+        for c in 0..self.late.len() {
+            if !self.late[c] {
                 continue;
             }
-            channel.link.run_until(from.total_micros().saturating_sub(1));
-            let mut packets = VecDeque::new();
-            while let Some(d) = channel.link.poll_arrival(to.total_micros() - 1) {
-                packets.push_back(Arrival { at: d.due, packet: d.packet, corrupt: d.corrupt.is_some() });
+            // This channel's events and packets, each in time order: merged.
+            let mut own = events.iter().filter(|(e, _)| *e == c).map(|&(_, event)| event).peekable();
+            for Sent { at, packet, size } in sent[c].take().unwrap_or_default() {
+                while let Some(event) = own.next_if(|e| (Instant::ZERO + e.at).total_micros() <= at) {
+                    self.run_mut(c).apply(event, Instant::ZERO + event.at);
+                }
+                self.run_mut(c).link.enqueue(at, packet, size);
             }
-            mail.push((c, packets));
+            for event in own {
+                self.run_mut(c).apply(event, Instant::ZERO + event.at);
+            }
+            self.run_mut(c).link.run_until(from.total_micros().saturating_sub(1));
         }
-        mail
+    }
+
+    fn run_mut(&mut self, c: usize) -> &mut Channel {
+        self.channels[c].as_deref_mut().expect("a channel this side runs")
     }
 
     /// Every instant of `[from, to)` at which this side has something to do.
@@ -540,17 +612,16 @@ impl Side<'_> {
         }
     }
 
-    /// As [`Simulation::apply_link_events`], for the channels this side sends into.
+    /// As [`Simulation::apply_link_events`], for the channels this side runs as it goes
+    /// (those between its own hosts; the `late` ones take theirs at the edges).
     fn apply_link_events(&mut self, now: Instant) {
         while let Some(event) = self.events.get(self.next_event).filter(|e| Instant::ZERO + e.at <= now) {
             self.next_event += 1;
-            for direction in [Direction::Up, Direction::Down] {
-                if !event.directions.includes(direction) {
-                    continue;
-                }
-                // The other side's channel: that side applies it.
-                if let Some(channel) = self.channels[2 * event.link + usize::from(direction == Direction::Down)].as_deref_mut() {
-                    channel.apply(event, now);
+            for (c, direction) in [(2 * event.link, Direction::Up), (2 * event.link + 1, Direction::Down)] {
+                if event.directions.includes(direction) && !self.late[c] {
+                    if let Some(channel) = self.channels[c].as_deref_mut() {
+                        channel.apply(event, now);
+                    }
                 }
             }
         }
@@ -566,21 +637,17 @@ impl Side<'_> {
                     continue;
                 }
                 loop {
-                    let (packet, corrupt) = match self.channels[c].as_deref_mut() {
-                        Some(channel) => match channel.link.poll_delivery(t) {
-                            Some(d) => (d.packet, d.corrupt.is_some()),
-                            None => break,
-                        },
-                        None => match self.inbox[c].front().filter(|a| a.at <= t) {
-                            Some(_) => self.inbox[c].pop_front().map(|a| (a.packet, a.corrupt)).expect("just seen"),
-                            None => break,
-                        },
-                    };
+                    let late = self.late[c];
+                    let channel = self.run_mut(c);
+                    // A late channel holds on its wire everything due in the window, and the
+                    // other side is still sending into it: taken off without running it on.
+                    let delivery = if late { channel.link.poll_arrival(t) } else { channel.link.poll_delivery(t) };
+                    let Some(delivery) = delivery else { break };
                     moved = true;
-                    if corrupt {
+                    if delivery.corrupt.is_some() {
                         continue;
                     }
-                    self.arrive(now, packet);
+                    self.arrive(now, delivery.packet);
                 }
             }
             if !moved {
@@ -601,7 +668,7 @@ impl Side<'_> {
         if let Some(&hop) = path.get(next) {
             packet.hop = next as u16;
             let size = packet.len + self.header_overhead;
-            self.enqueue(channel_index(hop), t, packet, size);
+            Self::send_into(&mut self.channels, &mut self.sent, channel_index(hop), t, packet, size);
             return;
         }
         match &mut self.ends {
@@ -610,7 +677,7 @@ impl Side<'_> {
                 *end.last_rx = now;
                 if let Some(response) = serve_datagram(now, end.endpoint, end.conn, &mut packet, &mut self.buf, &mut self.pool, self.datagram_room) {
                     let size = response.len + self.header_overhead;
-                    Self::send_into(&mut self.channels, channel_index(end.spec.return_path[0]), t, response, size);
+                    Self::send_into(&mut self.channels, &mut self.sent, channel_index(end.spec.return_path[0]), t, response, size);
                 }
             }
             Ends::Clients(ends) => {
@@ -622,20 +689,20 @@ impl Side<'_> {
         self.pool.push(packet.datagram);
     }
 
-    fn enqueue(&mut self, c: usize, t: u64, packet: InTransit, size: usize) {
-        Self::send_into(&mut self.channels, c, t, packet, size);
-    }
-
-    /// Puts a packet into channel `c`, which leaves a host of this side (so this side runs it).
-    fn send_into(channels: &mut [Option<&mut Channel>], c: usize, t: u64, packet: InTransit, size: usize) {
-        channels[c].as_deref_mut().expect("a packet leaves a host of its own side").link.enqueue(t, packet, size);
+    /// Puts a packet into channel `c`, which leaves a host of this side: now if this side
+    /// runs the channel, else at the window's edge (by the other side).
+    fn send_into(channels: &mut [Option<&mut Channel>], sent: &mut [Vec<Sent>], c: usize, at: u64, packet: InTransit, size: usize) {
+        match channels[c].as_deref_mut() {
+            Some(channel) => channel.link.enqueue(at, packet, size),
+            None => sent[c].push(Sent { at, packet, size }),
+        }
     }
 
     /// As [`Simulation::transmit`], for this side's ends.
     fn transmit(&mut self, now: Instant) {
         let t = now.total_micros();
         let overhead = self.header_overhead;
-        let (pool, room, channels) = (&mut self.pool, self.datagram_room, &mut self.channels);
+        let (pool, room, channels, sent) = (&mut self.pool, self.datagram_room, &mut self.channels, &mut self.sent);
         let mut send = |index: usize, to_server: bool, endpoint: &mut Endpoint<u8>, path: &[fencepost_spec::Hop]| {
             let first = channel_index(path[0]);
             loop {
@@ -645,7 +712,7 @@ impl Side<'_> {
                     break;
                 };
                 let packet = InTransit { flow: index as u32, to_server, hop: 0, datagram, len: transmit.size };
-                Self::send_into(channels, first, t, packet, transmit.size + overhead);
+                Self::send_into(channels, sent, first, t, packet, transmit.size + overhead);
             }
         };
         match &mut self.ends {
@@ -666,11 +733,9 @@ impl Side<'_> {
             if self.side_of_host[self.hosts[c].1] != self.side {
                 continue;
             }
-            // Arrivals here: on a channel this side runs, its own times (the bottleneck too).
-            match self.channels[c].as_deref() {
-                Some(channel) => consider(channel.link.poll_timeout().map(Instant::from_micros)),
-                None => consider(self.inbox[c].front().map(|a| Instant::from_micros(a.at))),
-            }
+            // Arrivals here: a late channel's are on its wire; another's by its own times (the bottleneck too).
+            let link = &self.channels[c].as_deref().expect("a channel leading here is this side's").link;
+            consider(if self.late[c] { link.next_arrival() } else { link.poll_timeout() }.map(Instant::from_micros));
         }
         match &mut self.ends {
             Ends::Clients(ends) => {
@@ -685,11 +750,11 @@ impl Side<'_> {
             }
             Ends::Servers(ends) => ends.iter_mut().for_each(|end| consider(end.endpoint.poll_timeout())),
         }
-        // This side's link events (the other side's are skipped as they come).
+        // The link events this side applies as it goes (the others are skipped as they come).
         let owned = |e: &LinkEventSpec| {
-            [Direction::Up, Direction::Down]
+            [(2 * e.link, Direction::Up), (2 * e.link + 1, Direction::Down)]
                 .into_iter()
-                .any(|d| e.directions.includes(d) && self.channels[2 * e.link + usize::from(d == Direction::Down)].is_some())
+                .any(|(c, d)| e.directions.includes(d) && self.channels[c].is_some() && !self.late[c])
         };
         consider(self.events[self.next_event.min(self.events.len())..].iter().find(|e| owned(e)).map(|e| Instant::ZERO + e.at));
         next
