@@ -39,9 +39,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The least lookahead worth a second thread: each window ends in two meetings of the
-/// threads (a few microseconds each), and windows of less than this spend more there
-/// than they save.
+/// The least lookahead worth a second thread: each window ends in a meeting of the threads
+/// (a few microseconds, and the wait for the slower one), and windows of less than this
+/// spend more there than they save.
 const MIN_LOOKAHEAD: Duration = Duration::from_millis(2);
 /// Datagram buffers a side keeps at a window's edge; it hands the rest to the other side.
 const KEEP_BUFFERS: usize = 256;
