@@ -387,7 +387,7 @@ impl Simulation {
         self.pool = pool;
         self.pool.append(&mut more);
         self.buf = buf;
-        // Link events before the frontier were applied by the side that owns each channel.
+        // Link events before the frontier were applied by the side that runs each channel.
         while self.events.get(self.next_event).is_some_and(|e| Instant::ZERO + e.at < frontier) {
             self.next_event += 1;
         }
