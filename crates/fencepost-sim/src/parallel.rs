@@ -121,7 +121,6 @@ enum Half {
 }
 
 /// What a side reports at a window's edge.
-#[derive(Clone)]
 struct Edge {
     halves: Vec<Half>,
     /// The latest end of the next window this side's flows allow.
@@ -130,8 +129,7 @@ struct Edge {
 }
 
 /// Whether the window `[from, to)` may run apart, from both sides' edges.
-fn may_run_apart(edges: &[Edge; 2], to: Instant) -> bool {
-    let [clients, servers] = edges;
+fn may_run_apart(clients: &Edge, servers: &Edge, to: Instant) -> bool {
     !clients.cancelled
         && to <= clients.until.min(servers.until)
         && clients.halves.iter().zip(&servers.halves).all(|pair| matches!(pair, (Half::Idle, Half::Idle) | (Half::Steady, Half::Steady)))
@@ -225,6 +223,18 @@ struct Slot {
     mail: [(Vec<(usize, Vec<Sent>)>, Vec<Vec<u8>>); 2],
 }
 
+/// What the two sides are built from alike.
+#[derive(Clone, Copy)]
+struct Common<'a> {
+    hosts: &'a [(usize, usize)],
+    side_of_host: &'a [u8],
+    events: &'a [LinkEventSpec],
+    first_event: usize,
+    datagram_room: usize,
+    header_overhead: usize,
+    series_interval: u64,
+}
+
 /// What both threads share: one barrier per window, and two slots used in turn, so that
 /// one side may fill the next while the other still reads this one.
 struct Meeting {
@@ -300,8 +310,7 @@ impl Simulation {
             halves[1].push(server);
         }
         let [clients, servers] = halves;
-        let edges = [Edge { halves: clients, until, cancelled: false }, Edge { halves: servers, until, cancelled: false }];
-        may_run_apart(&edges, to)
+        may_run_apart(&Edge { halves: clients, until, cancelled: false }, &Edge { halves: servers, until, cancelled: false }, to)
     }
 
     /// Runs windows on two threads from `self.now` while every flow allows it. Returns the
@@ -331,42 +340,9 @@ impl Simulation {
         let (pool, buf) = (std::mem::take(&mut self.pool), std::mem::take(&mut self.buf));
         let series_interval = self.scenario.series.total_micros();
         let (datagram_room, header_overhead, events) = (self.datagram_room, self.scenario.header_overhead, &self.events[..]);
-        let mut client_side = Side {
-            side: 0,
-            ends: Ends::Clients(clients),
-            channels: std::mem::take(&mut client_channels),
-            late: late(0),
-            sent: (0..hosts.len()).map(|_| Vec::new()).collect(),
-            hosts: &hosts,
-            side_of_host,
-            events,
-            next_event: first_event,
-            next_late_event: first_event,
-            pool,
-            buf,
-            datagram_room,
-            header_overhead,
-            series_interval,
-            stuck: None,
-        };
-        let mut server_side = Side {
-            side: 1,
-            ends: Ends::Servers(servers),
-            channels: std::mem::take(&mut server_channels),
-            late: late(1),
-            sent: (0..hosts.len()).map(|_| Vec::new()).collect(),
-            hosts: &hosts,
-            side_of_host,
-            events,
-            next_event: first_event,
-            next_late_event: first_event,
-            pool: Vec::new(),
-            buf: vec![0; 65_536],
-            datagram_room,
-            header_overhead,
-            series_interval,
-            stuck: None,
-        };
+        let common = Common { hosts: &hosts, side_of_host, events, first_event, datagram_room, header_overhead, series_interval };
+        let mut client_side = Side::new(0, Ends::Clients(clients), std::mem::take(&mut client_channels), late(0), common, pool, buf);
+        let mut server_side = Side::new(1, Ends::Servers(servers), std::mem::take(&mut server_channels), late(1), common, Vec::new(), vec![0; 65_536]);
         let meeting = Meeting { barrier: SpinBarrier::new(), slots: Default::default() };
         let cancel = self.cancel.clone();
         let lookahead = partition.lookahead;
@@ -430,7 +406,28 @@ fn server_half(ended: bool, conn: Option<ConnectionHandle>, endpoint: &Endpoint<
     }
 }
 
-impl Side<'_> {
+impl<'a> Side<'a> {
+    fn new(side: u8, ends: Ends<'a>, channels: Vec<Option<&'a mut Channel>>, late: Vec<bool>, common: Common<'a>, pool: Vec<Vec<u8>>, buf: Vec<u8>) -> Side<'a> {
+        Side {
+            side,
+            ends,
+            channels,
+            late,
+            sent: (0..common.hosts.len()).map(|_| Vec::new()).collect(),
+            hosts: common.hosts,
+            side_of_host: common.side_of_host,
+            events: common.events,
+            next_event: common.first_event,
+            next_late_event: common.first_event,
+            pool,
+            buf,
+            datagram_room: common.datagram_room,
+            header_overhead: common.header_overhead,
+            series_interval: common.series_interval,
+            stuck: None,
+        }
+    }
+
     /// Windows from `from` until the sides' edges say no; returns where they stopped.
     fn run(&mut self, mut from: Instant, lookahead: Duration, deadline: Instant, meeting: &Meeting, cancel: Option<&AtomicBool>) -> Instant {
         let (me, other) = (self.side as usize, 1 - self.side as usize);
@@ -456,7 +453,7 @@ impl Side<'_> {
             let (go, (sent, mut buffers)) = {
                 let mut slot = lock(slot);
                 let go = match &slot.edges {
-                    [Some(a), Some(b)] => may_run_apart(&[a.clone(), b.clone()], to),
+                    [Some(clients), Some(servers)] => may_run_apart(clients, servers, to),
                     _ => false,
                 };
                 (go, std::mem::take(&mut slot.mail[me]))
