@@ -23,6 +23,7 @@ use crate::rtt::{RttEstimator, RttHistory};
 use crate::stats::ConnectionStats;
 use crate::time::{Duration, Instant};
 use crate::timer::{Timer, TimerTable};
+use crate::send_buffer::ByteSource;
 use crate::trace::{LossTrigger, TraceEvent};
 use crate::fec;
 use crate::wire::{self, Ack, AckFrequency, Body, Close, FarAck, Feedback, Handshake, HandshakePhase, Header, Keepalive, Packet, PacketType, Repair, Reset, ResetReason, SecureHandshake, StatelessReset};
@@ -1177,6 +1178,14 @@ impl Connection {
     /// are copied once, into their packets. Returns how many bytes from the front it took.
     pub fn write_shared(&mut self, data: &bytes::Bytes) -> Result<usize, WriteError> {
         self.write_by(data.len(), |d| d.write_shared(data))
+    }
+
+    /// Like [`Connection::write`] for `len` bytes that `source` makes on demand, from its
+    /// offset `from`: they are made straight into each packet that carries them (again for
+    /// a resend) and never held, so the sender neither copies nor buffers them. Returns how
+    /// many it took, from the front; the next write continues at `from` plus that.
+    pub fn write_generated(&mut self, source: &Arc<dyn ByteSource>, from: u64, len: usize) -> Result<usize, WriteError> {
+        self.write_by(len, |d| d.write_generated(source, from, len))
     }
 
     fn write_by(&mut self, offered: usize, write: impl FnOnce(&mut Disassembler) -> usize) -> Result<usize, WriteError> {

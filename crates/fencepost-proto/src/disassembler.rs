@@ -9,7 +9,8 @@
 
 use crate::congestion::SentPacket;
 use crate::time::{Duration, Instant};
-use crate::send_buffer::SendBuffer;
+use crate::send_buffer::{ByteSource, SendBuffer};
+use std::sync::Arc;
 use crate::wire::{CLOSE_LEN, DATA_OVERHEAD};
 use bytes::Bytes;
 use std::collections::VecDeque;
@@ -254,6 +255,18 @@ impl Disassembler {
             return self.write(&data[..n]);
         }
         self.stream.push_shared(data.slice(..n));
+        self.note_write_end();
+        n
+    }
+
+    /// Like [`Disassembler::write`] for `len` bytes of `source` from its offset `from`,
+    /// which are made into their packets when sent: what fits is taken, nothing copied.
+    pub fn write_generated(&mut self, source: &Arc<dyn ByteSource>, from: u64, len: usize) -> usize {
+        let n = self.room_for(len);
+        if n == 0 {
+            return 0;
+        }
+        self.stream.push_generated(source, from, n);
         self.note_write_end();
         n
     }

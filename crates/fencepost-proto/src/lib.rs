@@ -33,6 +33,7 @@ pub use disassembler::Disassembler;
 pub use endpoint::{AcceptError, ConnectionHandle, DatagramEvent, Endpoint, EndpointConfig, EndpointStats, Incoming};
 pub use protection::{PacketProtection, ProtectionConfig, ProtectionError, ProtectionFactory};
 pub use redundancy::{Redundancy, RedundancyConfig, RedundancyFactory};
+pub use send_buffer::ByteSource;
 pub use rtt::RttEstimator;
 pub use stats::ConnectionStats;
 pub use time::{Duration, Instant};

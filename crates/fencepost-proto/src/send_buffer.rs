@@ -3,12 +3,26 @@
 //! A byte ring would copy every write. Here the buffer is a queue of pieces: bytes the
 //! application hands over as shared [`Bytes`] are kept as they are (no copy: sending a
 //! gigabyte from a buffer the application already has costs one copy into each packet,
-//! not two), and bytes written from a borrowed slice are copied into blocks of
-//! [`BLOCK`] bytes. Packets are cut from any byte range, across pieces, and the front is
-//! released as the peer acknowledges it.
+//! not two), bytes written from a borrowed slice are copied into blocks of
+//! [`BLOCK`] bytes, and bytes a [`ByteSource`] makes on demand are not held at all (they
+//! are made into each packet). Packets are cut from any byte range, across pieces, and the
+//! front is released as the peer acknowledges it.
 
 use bytes::Bytes;
 use std::collections::VecDeque;
+use std::fmt;
+use std::sync::Arc;
+
+/// Bytes made on demand rather than held: a synthetic stream (a load generator's, the
+/// simulator's bulk workload) whose byte at each offset can be computed again whenever a
+/// packet, first sent or resent, needs it. Written with [`crate::Connection::write_generated`],
+/// such bytes cost the sender no buffer memory and one pass each into their packets, where
+/// written bytes cost a pass to make, a copy in and a copy out.
+pub trait ByteSource: Send + Sync {
+    /// Writes the source's bytes from `offset` (the source's own numbering) into `out`;
+    /// the same bytes every time for the same offsets.
+    fn fill(&self, offset: u64, out: &mut [u8]);
+}
 
 /// Size of the blocks copied writes fill: large enough that a packet rarely spans two,
 /// small enough that an acknowledged block is given back soon.
@@ -20,12 +34,23 @@ pub const BLOCK: usize = 64 * 1024;
 /// with 32 it runs as fast.
 const SPARE_BLOCKS: usize = 32;
 
-#[derive(Debug)]
 enum Data {
     /// Copied in by `extend_from_slice`; may still grow at the back.
     Block(Vec<u8>),
     /// Handed over by `push_shared`.
     Shared(Bytes),
+    /// `len` bytes of `source` from its offset `from`, added by `push_generated`.
+    Generated { source: Arc<dyn ByteSource>, from: u64, len: usize },
+}
+
+impl fmt::Debug for Data {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Data::Block(v) => write!(f, "Block({} bytes)", v.len()),
+            Data::Shared(b) => write!(f, "Shared({} bytes)", b.len()),
+            Data::Generated { from, len, .. } => write!(f, "Generated({len} bytes from {from})"),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -36,10 +61,20 @@ struct Piece {
 }
 
 impl Piece {
-    fn bytes(&self) -> &[u8] {
+    fn len(&self) -> usize {
         match &self.data {
-            Data::Block(v) => v,
-            Data::Shared(b) => b,
+            Data::Block(v) => v.len(),
+            Data::Shared(b) => b.len(),
+            Data::Generated { len, .. } => *len,
+        }
+    }
+
+    /// Writes the piece's bytes from `within` into `out` (which they fill).
+    fn copy_into(&self, within: usize, out: &mut [u8]) {
+        match &self.data {
+            Data::Block(v) => out.copy_from_slice(&v[within..within + out.len()]),
+            Data::Shared(b) => out.copy_from_slice(&b[within..within + out.len()]),
+            Data::Generated { source, from, .. } => source.fill(from + within as u64, out),
         }
     }
 }
@@ -101,6 +136,23 @@ impl SendBuffer {
         self.pieces.push_back(Piece { at, data: Data::Shared(data) });
     }
 
+    /// Appends `len` bytes of `source` from its offset `from`, made when a packet needs them.
+    /// Continues the last piece when it is the same source's bytes just before these.
+    pub fn push_generated(&mut self, source: &Arc<dyn ByteSource>, from: u64, len: usize) {
+        if len == 0 {
+            return;
+        }
+        self.len += len;
+        if let Some(Piece { data: Data::Generated { source: last, from: last_from, len: last_len }, .. }) = self.pieces.back_mut() {
+            if Arc::ptr_eq(last, source) && last_from.checked_add(*last_len as u64) == Some(from) {
+                *last_len += len;
+                return;
+            }
+        }
+        let at = self.start + (self.len - len) as u64;
+        self.pieces.push_back(Piece { at, data: Data::Generated { source: source.clone(), from, len } });
+    }
+
     /// Copies the `out.len()` bytes that start `from` bytes after the first held byte into `out`.
     /// Panics if they are not all held (the caller cuts packets from what it wrote).
     pub fn copy_out(&self, from: usize, out: &mut [u8]) {
@@ -114,10 +166,9 @@ impl SendBuffer {
         let mut filled = 0;
         while filled < out.len() {
             let piece = &self.pieces[i];
-            let bytes = piece.bytes();
             let within = (pos - piece.at) as usize;
-            let n = (out.len() - filled).min(bytes.len() - within);
-            out[filled..filled + n].copy_from_slice(&bytes[within..within + n]);
+            let n = (out.len() - filled).min(piece.len() - within);
+            piece.copy_into(within, &mut out[filled..filled + n]);
             filled += n;
             pos += n as u64;
             i += 1;
@@ -131,7 +182,7 @@ impl SendBuffer {
         self.len -= n;
         let mut skip = self.front_skip + n;
         while let Some(front) = self.pieces.front() {
-            let size = front.bytes().len();
+            let size = front.len();
             // A block still being filled stays even when all of it is released.
             let growing = matches!(&front.data, Data::Block(v) if v.len() < v.capacity()) && self.pieces.len() == 1;
             if skip < size || (skip == size && growing) {
@@ -168,20 +219,32 @@ mod tests {
         (from..from + len as u64).map(byte).collect()
     }
 
+    /// Makes the test stream's bytes, numbered as the stream is.
+    struct TestStream;
+
+    impl ByteSource for TestStream {
+        fn fill(&self, offset: u64, out: &mut [u8]) {
+            for (i, b) in out.iter_mut().enumerate() {
+                *b = byte(offset + i as u64);
+            }
+        }
+    }
+
     #[test]
-    fn copied_and_shared_writes_read_back_in_order_across_pieces_and_releases() {
+    fn copied_shared_and_generated_writes_read_back_in_order_across_pieces_and_releases() {
         let mut buf = SendBuffer::new();
+        let source: Arc<dyn ByteSource> = Arc::new(TestStream);
         let mut written = 0u64;
         let mut released = 0u64;
-        // Writes of many sizes, alternately copied and shared, with releases between them;
-        // after each step every range of a few sizes reads back as written.
-        let sizes = [1usize, 1400, BLOCK - 3, 7, 3 * BLOCK + 11, 5000, BLOCK, 2, 100_000];
+        // Writes of many sizes, copied, shared and generated in turn, with releases between
+        // them; after each step every range of a few sizes reads back as written.
+        let sizes = [1usize, 1400, BLOCK - 3, 7, 3 * BLOCK + 11, 5000, BLOCK, 2, 100_000, 13];
         for (step, &size) in sizes.iter().cycle().take(40).enumerate() {
             let data = run(written, size);
-            if step % 3 == 1 {
-                buf.push_shared(Bytes::from(data));
-            } else {
-                buf.extend_from_slice(&data);
+            match step % 3 {
+                0 => buf.extend_from_slice(&data),
+                1 => buf.push_shared(Bytes::from(data)),
+                _ => buf.push_generated(&source, written, size),
             }
             written += size as u64;
             assert_eq!(buf.len() as u64, written - released);
@@ -202,6 +265,34 @@ mod tests {
         let mut out = [0u8; 10];
         buf.copy_out(0, &mut out);
         assert_eq!(out.to_vec(), run(written, 10));
+    }
+
+    #[test]
+    fn generated_writes_that_continue_each_other_are_one_piece_and_read_back_again() {
+        let mut buf = SendBuffer::new();
+        let source: Arc<dyn ByteSource> = Arc::new(TestStream);
+        let other: Arc<dyn ByteSource> = Arc::new(TestStream);
+        buf.push_generated(&source, 0, 1000);
+        buf.push_generated(&source, 1000, 500);
+        assert_eq!(buf.pieces.len(), 1, "a write that continues the last one's bytes extends its piece");
+        // Not contiguous in the source, or another source: pieces of their own.
+        buf.push_generated(&source, 5000, 10);
+        buf.push_generated(&other, 5010, 10);
+        buf.push_generated(&source, 5020, 0);
+        assert_eq!((buf.pieces.len(), buf.len()), (3, 1520));
+        let mut first = vec![0u8; 1520];
+        buf.copy_out(0, &mut first);
+        let expected: Vec<u8> = run(0, 1500).into_iter().chain(run(5000, 20)).collect();
+        assert_eq!(first, expected);
+        // A resend asks again and gets the same bytes; releasing frees nothing it holds.
+        let mut again = vec![0u8; 620];
+        buf.copy_out(900, &mut again);
+        assert_eq!(again, expected[900..]);
+        buf.release_front(1510);
+        let mut last = [0u8; 10];
+        buf.copy_out(0, &mut last);
+        assert_eq!(last.to_vec(), run(5010, 10));
+        assert_eq!(buf.pieces.len(), 1);
     }
 
     #[test]

@@ -60,6 +60,13 @@ impl BulkPattern {
     }
 }
 
+/// The bulk sender writes the stream as bytes its connection makes into each packet.
+impl fencepost_proto::ByteSource for BulkPattern {
+    fn fill(&self, offset: u64, out: &mut [u8]) {
+        BulkPattern::fill(self, offset, out)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
