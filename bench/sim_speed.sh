@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Simulated seconds per wall-clock second for a 100 MB bulk transfer over
 # 100 Mbit/s, 20 ms, 1 % loss. Target (issue 12): at least 150x for the controllers
-# that fill the link; measured 70-88x on a quiet machine (2026-11-24; 50-55x with real-cipher=true).
-# parallel=true runs each on two threads (Simulation::parallel, the same report): tolerant 1.5-1.75x
-# as fast in interleaved pairs, up to 145x (2026-11-25); the last column is the share of the run
-# on two threads.
+# that fill the link; measured 70-88x on a quiet machine (2026-11-24; 50-55x with real-cipher=true),
+# 93-96x for tolerant since the bulk stream is generated into packets (write_generated, 2026-11-25).
+# parallel=true runs each on two threads (Simulation::parallel, the same report): tolerant
+# 158-163x, bbr 169-176x in three full runs in a quiet spell (2026-11-25), 81-107x in a busy one;
+# the last column is the share of the run on two threads.
 # Usage: bash bench/sim_speed.sh [BYTES] [OPTION=VALUE ...], e.g. 100MB cc=bbr real-cipher=true
 set -euo pipefail
 cd "$(dirname "$0")/.."
