@@ -904,6 +904,41 @@ mod tests {
         assert_eq!(&got[..n], b"sealed hello");
     }
 
+    /// After a Retry's round trip, a client whose Initial (with its token) goes unanswered
+    /// tries again a quarter of a round trip past it, not after the RTO of a single sample
+    /// (three round trips): on a lossy long path most of a short transfer's time went to
+    /// that wait. Before any sample it waits the RTO as before.
+    #[test]
+    fn after_a_retry_an_unanswered_initial_is_repeated_a_quarter_past_the_round_trip() {
+        let mut net = pair(10);
+        let mut buf = vec![0u8; 2048];
+        let mut response = vec![0u8; 2048];
+        let start = Instant::from_millis(1);
+        let rtt = Duration::from_millis(600);
+        net.0.connect(start, 1);
+        let initial = next_datagram(&mut net.0, start);
+        // The first attempt waits the RTO of the initial RTT: 100 ms + 4 x 50 ms + 5 ms.
+        assert_eq!(net.0.poll_timeout(), Some(start + Duration::from_millis(305)));
+        // Its Retry comes back one round trip later (before that timeout fires, the server
+        // answers the copy it received at once).
+        let Some(DatagramEvent::Response { transmit, .. }) = net.1.handle_datagram(start + rtt / 2, 0, &initial, &mut response) else { panic!("a retry") };
+        let retried_at = start + Duration::from_millis(300);
+        net.0.handle_timeout(retried_at);
+        while net.0.poll_transmit(retried_at, &mut buf).is_some() {}
+        let back = start + rtt;
+        net.0.handle_datagram(back, 1, &response[..transmit.size], &mut []);
+        // The Initial with the token leaves at once, and is lost.
+        let with_token = next_datagram(&mut net.0, back);
+        assert!(with_token.len() >= wire::MIN_INITIAL_LEN);
+        while net.0.poll_transmit(back, &mut buf).is_some() {}
+        let next = net.0.poll_timeout().expect("the handshake's timer");
+        assert_eq!(next, back + rtt + rtt / 4, "a quarter past the 600 ms round trip, not 3 x 600 ms");
+        net.0.handle_timeout(next);
+        let again = next_datagram(&mut net.0, next);
+        // The same Initial and token, stamped anew (the timestamp is at offset 11).
+        assert_eq!((again.len(), &again[..11], &again[15..]), (with_token.len(), &with_token[..11], &with_token[15..]));
+    }
+
     #[test]
     fn a_client_that_knows_the_server_key_refuses_an_impostor() {
         let server_key = StaticKey::from_seed([1; 32]);
