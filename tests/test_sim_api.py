@@ -1,6 +1,7 @@
 """The Python simulator API and the `fencepost sim` command."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -119,3 +120,12 @@ def test_parallel_gives_the_same_result_from_python_and_the_cli(capsys):
     code2, out2, _ = run_cli(args + ["--parallel"], capsys)
     assert code == code2 == 0 and json.loads(out) == json.loads(out2)
     assert json.loads(out)["integrity_ok"] and json.loads(out)["goodput_bps"] == one.goodput_bps
+    # The summary says how the run used the two threads, or why it could not.
+    _, out, _ = run_cli(args[:-1] + ["--parallel"], capsys)
+    assert re.search(r"--parallel: [1-9]\d?% of the simulated time ran on two threads", out), out
+    _, out, _ = run_cli(["sim", "--bytes", "1MB", "--delay", "1ms", "--parallel"], capsys)
+    assert "--parallel: ran on one thread throughout: a packet can cross between the clients' and the servers' sides in 1.000 ms" in out
+    _, out, _ = run_cli(args[:-1], capsys)
+    assert "--parallel" not in out
+    result, parallelism = sim.run_with_parallelism(parallel=True, **options)
+    assert result.to_dict() == one.to_dict() and parallelism["one_thread_because"] is None and 0 < parallelism["apart_s"] < result.end_s

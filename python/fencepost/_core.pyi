@@ -4,10 +4,14 @@ from typing import Awaitable
 
 __version__: str
 
-def simulate(options: list[tuple[str, str]], events: str | None = None) -> str:
+def simulate(options: list[tuple[str, str]], events: str | None = None, parallel: bool = False) -> str:
     """Runs one scenario; returns the report as JSON; with `events`, writes the
-    per-packet event log there (JSON lines). Raises ValueError((option, message)).
+    per-packet event log there (JSON lines); with `parallel`, runs on two threads where
+    the run allows (the same report). Raises ValueError((option, message)).
     Ctrl-C stops the run and raises KeyboardInterrupt."""
+def simulate_parallel(options: list[tuple[str, str]], events: str | None = None) -> tuple[str, float, str | None]:
+    """As `simulate` with `parallel`; returns the report as JSON, the simulated seconds
+    run on two threads, and why the run stayed on one throughout (None when it split)."""
 
 def check_options(command_name: str, options: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """Validates options for a command (sim, sweep, send, serve, echo-bench); for sim and sweep returns

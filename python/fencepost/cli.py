@@ -95,12 +95,22 @@ def _positive_int(flag: str, allow_zero: bool = False):
 
 
 def _cmd_sim(args: argparse.Namespace) -> int:
-    result = sim.run(events=args.events, parallel=args.parallel, **given_options(args, "sim"))
+    result, parallelism = sim.run_with_parallelism(events=args.events, parallel=args.parallel, **given_options(args, "sim"))
     if args.json:
         print(json.dumps(result.to_dict(), sort_keys=False))
     else:
         print(result.summary())
+        if parallelism is not None:
+            print(_parallelism_line(parallelism, result.end_s))
     return 0 if result.integrity_ok else 1
+
+
+def _parallelism_line(parallelism: dict, end_s: float) -> str:
+    """What `--parallel` did, for the summary: how much ran apart, or why nothing did."""
+    if parallelism["one_thread_because"]:
+        return f"--parallel: ran on one thread throughout: {parallelism['one_thread_because']}"
+    share = parallelism["apart_s"] / end_s if end_s > 0 else 0.0
+    return f"--parallel: {share:.0%} of the simulated time ran on two threads (handshakes, the last round trips and failures run on one)"
 
 
 class _DaskExecutor:

@@ -159,13 +159,26 @@ def run(events: Optional[str] = None, parallel: bool = False, **options: Any) ->
     >>> r.integrity_ok
     True
     """
+    return run_with_parallelism(events=events, parallel=parallel, **options)[0]
+
+
+def run_with_parallelism(events: Optional[str] = None, parallel: bool = False, **options: Any) -> tuple[SimResult, Optional[dict]]:
+    """As :func:`run`, and with ``parallel`` how the run used two threads:
+    ``{"apart_s": simulated seconds run apart, "one_thread_because": why it stayed on
+    one thread throughout, or None}`` (None without ``parallel``)."""
+    given = normalize_options(options)
+    path = None if events is None else str(events)
     try:
-        text = _core.simulate(normalize_options(options), None if events is None else str(events), parallel)
+        if parallel:
+            text, apart_s, one_thread = _core.simulate_parallel(given, path)
+            info: Optional[dict] = {"apart_s": apart_s, "one_thread_because": one_thread}
+        else:
+            text, info = _core.simulate(given, path), None
     except ValueError as exc:
         raise option_error_from_native(exc) from None
     except RuntimeError as exc:
         raise ControllerError(str(exc)) from None
-    return SimResult.from_json(text)
+    return SimResult.from_json(text), info
 
 
-__all__ = ["FlowResult", "LinkResult", "LinkStats", "METRICS", "OptionError", "SimResult", "check", "normalize_options", "run"]
+__all__ = ["FlowResult", "LinkResult", "LinkStats", "METRICS", "OptionError", "SimResult", "check", "normalize_options", "run", "run_with_parallelism"]

@@ -9,7 +9,7 @@ mod net;
 
 use fencepost_link::Trace;
 use fencepost_sim::events::JsonlWriter;
-use fencepost_sim::{Scenario, Simulation};
+use fencepost_sim::{OneThread, Scenario, Simulation};
 use fencepost_spec::options::{Command, Given};
 use fencepost_spec::report::RunReport;
 use pyo3::exceptions::{PyOSError, PyValueError};
@@ -33,6 +33,28 @@ fn simulate(py: Python<'_>, options: Vec<(String, String)>, events: Option<PathB
         return Err(pyo3::exceptions::PyRuntimeError::new_err(format!("the Python congestion controller failed: {error}")));
     }
     Ok(report)
+}
+
+/// As `simulate` with `parallel`, saying how the run used two threads: returns the report as
+/// JSON, the simulated seconds run apart, and why the run stayed on one thread throughout
+/// (`None` when it split). With `events` it stays on one (the log's order is one thread's).
+#[pyfunction]
+#[pyo3(signature = (options, events=None))]
+fn simulate_parallel(py: Python<'_>, options: Vec<(String, String)>, events: Option<PathBuf>) -> PyResult<(String, f64, Option<String>)> {
+    if events.is_some() {
+        let report = simulate(py, options, events, true)?;
+        return Ok((report, 0.0, Some(OneThread::EventsRecorded.to_string())));
+    }
+    let _ = controller::take_error();
+    let scenario = Scenario::from_options(options.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .map_err(|e| PyValueError::new_err((e.option, e.message)))?;
+    let cancel = Arc::new(AtomicBool::new(false));
+    let sim = Simulation::new(scenario).cancel_on(cancel.clone()).parallel(true);
+    let (report, parallelism) = run_interruptible(py, &cancel, move || sim.run_with_parallelism())?;
+    if let Some(error) = controller::take_error() {
+        return Err(pyo3::exceptions::PyRuntimeError::new_err(format!("the Python congestion controller failed: {error}")));
+    }
+    Ok((report.to_json(), parallelism.apart.as_secs_f64(), parallelism.one_thread.map(|why| why.to_string())))
 }
 
 fn simulate_scenario(py: Python<'_>, scenario: Scenario, events: Option<PathBuf>, parallel: bool) -> PyResult<String> {
@@ -166,6 +188,7 @@ fn decode_packet(data: &[u8]) -> PyResult<String> {
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(simulate, m)?)?;
+    m.add_function(wrap_pyfunction!(simulate_parallel, m)?)?;
     m.add_function(wrap_pyfunction!(check_options, m)?)?;
     m.add_function(wrap_pyfunction!(option_specs, m)?)?;
     m.add_function(wrap_pyfunction!(report_schema, m)?)?;

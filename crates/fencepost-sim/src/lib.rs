@@ -11,4 +11,4 @@ mod pattern;
 pub mod world;
 
 pub use fencepost_spec::{OptionError, RunReport, Scenario, Workload};
-pub use world::{run, Role, Simulation, TraceSink};
+pub use world::{run, OneThread, Parallelism, Role, Simulation, TraceSink};

@@ -55,20 +55,55 @@ pub(super) struct Partition {
     lookahead: Duration,
 }
 
+/// Why a run asked to use two threads ran on one throughout.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OneThread {
+    /// An event log is recorded: its order across the two sides is the one thread's.
+    EventsRecorded,
+    /// A flow's controller comes from outside the crate (a Python class, say), which may
+    /// keep state its connections share and would be called in another order.
+    OutsideController,
+    /// This host has both a flow's client and a flow's server.
+    HostWithBothEnds(String),
+    /// More routers than the split is searched over (it tries every way to place them).
+    TooManyRouters(usize),
+    /// The least time a packet takes between the sides, under 2 ms: windows
+    /// that short would cost more in meetings than they save.
+    ShortLookahead(Duration),
+}
+
+impl std::fmt::Display for OneThread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OneThread::EventsRecorded => write!(f, "an event log is recorded (its order is the one thread's)"),
+            OneThread::OutsideController => write!(f, "a flow's controller comes from outside the simulator (a Python class, say)"),
+            OneThread::HostWithBothEnds(host) => write!(f, "host {host} has both a flow's client and a flow's server"),
+            OneThread::TooManyRouters(n) => write!(f, "{n} routers, more than the {MAX_ROUTERS} the split is searched over"),
+            OneThread::ShortLookahead(d) => write!(
+                f,
+                "a packet can cross between the clients' and the servers' sides in {:.3} ms, under the {} ms a window needs",
+                d.as_millis_f64(),
+                MIN_LOOKAHEAD.total_micros() / 1000
+            ),
+        }
+    }
+}
+
 /// The split of `scenario`'s hosts with the longest lookahead, if there is one of at
-/// least [`MIN_LOOKAHEAD`]: none when a host has both a flow's client and a flow's server,
-/// or a flow's controller comes from outside the crate (a Python class, say, may keep state
-/// that its connections share, and the two threads would call it in another order).
-pub(super) fn partition(scenario: &Scenario, channels: &[Channel]) -> Option<Partition> {
+/// least [`MIN_LOOKAHEAD`]; otherwise why not: a host has both a flow's client and a
+/// flow's server, or a flow's controller comes from outside the crate (a Python class,
+/// say, may keep state that its connections share, and the two threads would call it in
+/// another order), or the lookahead is too short.
+pub(super) fn partition(scenario: &Scenario, channels: &[Channel]) -> Result<Partition, OneThread> {
     let topology = &scenario.topology;
     if topology.flows.iter().any(|f| matches!(f.transport.controller, ControllerConfig::Custom(_))) {
-        return None;
+        return Err(OneThread::OutsideController);
     }
     let mut fixed: Vec<Option<u8>> = vec![None; topology.hosts.len()];
     for flow in &topology.flows {
         for (host, side) in [(flow.from, 0u8), (flow.to, 1u8)] {
             match fixed[host] {
-                Some(other) if other != side => return None,
+                Some(other) if other != side => return Err(OneThread::HostWithBothEnds(topology.hosts[host].clone())),
                 _ => fixed[host] = Some(side),
             }
         }
@@ -89,7 +124,7 @@ pub(super) fn partition(scenario: &Scenario, channels: &[Channel]) -> Option<Par
         .collect();
     let routers: Vec<usize> = (0..fixed.len()).filter(|&h| fixed[h].is_none()).collect();
     if routers.len() > MAX_ROUTERS {
-        return None;
+        return Err(OneThread::TooManyRouters(routers.len()));
     }
     let mut best: Option<(u64, Vec<u8>)> = None;
     for mask in 0..1u32 << routers.len() {
@@ -104,9 +139,13 @@ pub(super) fn partition(scenario: &Scenario, channels: &[Channel]) -> Option<Par
             }
         }
     }
-    let (lookahead, side_of_host) = best?;
+    // Every flow's path crosses from its client's side to its server's, so some channel does.
+    let (lookahead, side_of_host) = best.unwrap_or((0, Vec::new()));
     let lookahead = Duration::from_micros(lookahead);
-    (lookahead >= MIN_LOOKAHEAD).then_some(Partition { side_of_host, lookahead })
+    if lookahead < MIN_LOOKAHEAD {
+        return Err(OneThread::ShortLookahead(lookahead));
+    }
+    Ok(Partition { side_of_host, lookahead })
 }
 
 /// One end of a flow as a side sees it at a window's edge.

@@ -20,6 +20,19 @@ use std::sync::Arc;
 #[path = "parallel.rs"]
 mod parallel;
 
+pub use parallel::OneThread;
+
+/// How a run used two threads ([`Simulation::parallel`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Parallelism {
+    /// Simulated time run on two threads: the rest (handshakes, the last round trips,
+    /// failures) runs on one.
+    pub apart: fencepost_proto::Duration,
+    /// Asked to run on two threads, why it ran on one throughout (`None` when it was not
+    /// asked, or could split).
+    pub one_thread: Option<OneThread>,
+}
+
 /// Addresses inside a flow: its client endpoint and its server endpoint.
 const CLIENT: u8 = 0;
 const SERVER: u8 = 1;
@@ -349,16 +362,29 @@ impl Simulation {
     /// Runs to the end, as [`Simulation::run`], and says how much of the simulated time ran
     /// on two threads (none unless [`Simulation::parallel`] is on and the run allows it).
     pub fn run_timed_apart(self) -> (RunReport, fencepost_proto::Duration) {
-        let (report, _, apart) = self.run_inner();
-        (report, apart)
+        let (report, parallelism) = self.run_with_parallelism();
+        (report, parallelism.apart)
     }
 
-    fn run_inner(mut self) -> (RunReport, Option<Box<dyn TraceSink>>, fencepost_proto::Duration) {
+    /// Runs to the end, as [`Simulation::run`], and says how the run used two threads:
+    /// how much of the simulated time ran apart, or, asked to and never able to, why not.
+    pub fn run_with_parallelism(self) -> (RunReport, Parallelism) {
+        let (report, _, parallelism) = self.run_inner();
+        (report, parallelism)
+    }
+
+    fn run_inner(mut self) -> (RunReport, Option<Box<dyn TraceSink>>, Parallelism) {
         let mut apart = fencepost_proto::Duration::ZERO;
         let deadline = self.now + self.scenario.timeout;
         let mut steps_here = 0u32;
         let mut steps = 0u64;
-        let partition = if self.parallel && self.trace.is_none() { parallel::partition(&self.scenario, &self.channels) } else { None };
+        let partition = match (self.parallel, self.trace.is_some()) {
+            (false, _) => Err(None),
+            (true, true) => Err(Some(OneThread::EventsRecorded)),
+            (true, false) => parallel::partition(&self.scenario, &self.channels).map_err(Some),
+        };
+        let one_thread = partition.as_ref().err().cloned().flatten();
+        let partition = partition.ok();
         let (status, error) = loop {
             steps += 1;
             if steps % 4096 == 0 && self.cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed)) {
@@ -427,7 +453,7 @@ impl Simulation {
             }
         }
         let sink = self.trace.take();
-        (self.report(), sink, apart)
+        (self.report(), sink, Parallelism { apart, one_thread })
     }
 
     fn next_wakeup(&mut self) -> Option<Instant> {

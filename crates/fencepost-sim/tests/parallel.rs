@@ -1,7 +1,8 @@
 //! A run on two threads (`Simulation::parallel`) gives the report a run on one gives,
 //! byte for byte, in every kind of run; and it does run apart where it can.
 
-use fencepost_sim::{Scenario, Simulation};
+use fencepost_proto::Duration;
+use fencepost_sim::{OneThread, Scenario, Simulation};
 
 fn scenario(options: &[&str]) -> Scenario {
     Scenario::from_options(options.iter().map(|o| o.split_once('=').expect("name=value"))).unwrap()
@@ -71,5 +72,20 @@ fn runs_that_fail_give_the_same_report() {
 #[test]
 fn a_path_too_short_for_a_window_runs_on_one_thread() {
     // 1 ms each way: windows of 1 ms would cost more in meetings than they save.
-    assert_eq!(same_apart(&["bytes=5MB", "rate=20mbit", "delay=1ms", "loss=1%", "seed=17"]), 0.0);
+    let options = ["bytes=5MB", "rate=20mbit", "delay=1ms", "loss=1%", "seed=17"];
+    assert_eq!(same_apart(&options), 0.0);
+    // And the run says so, with the lookahead it found (the path's delay each way).
+    let (_, parallelism) = Simulation::new(scenario(&options)).parallel(true).run_with_parallelism();
+    assert_eq!(parallelism.one_thread, Some(OneThread::ShortLookahead(Duration::from_millis(1))));
+    assert!(parallelism.one_thread.unwrap().to_string().contains("1.000 ms, under the 2 ms"));
+}
+
+#[test]
+fn a_run_that_splits_gives_no_reason_and_one_not_asked_none() {
+    let options = ["bytes=5MB", "rate=50mbit", "delay=20ms", "seed=3"];
+    let (_, parallelism) = Simulation::new(scenario(&options)).parallel(true).run_with_parallelism();
+    assert_eq!(parallelism.one_thread, None);
+    assert!(parallelism.apart.total_micros() > 0);
+    let (_, not_asked) = Simulation::new(scenario(&options)).run_with_parallelism();
+    assert_eq!((not_asked.one_thread, not_asked.apart.total_micros()), (None, 0));
 }
