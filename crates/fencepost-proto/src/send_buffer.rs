@@ -74,7 +74,8 @@ impl Piece {
         match &self.data {
             Data::Block(v) => out.copy_from_slice(&v[within..within + out.len()]),
             Data::Shared(b) => out.copy_from_slice(&b[within..within + out.len()]),
-            Data::Generated { source, from, .. } => source.fill(from + within as u64, out),
+            // Wrapping: the offsets are the source's own numbering, which may start anywhere.
+            Data::Generated { source, from, .. } => source.fill(from.wrapping_add(within as u64), out),
         }
     }
 }
@@ -212,7 +213,7 @@ mod tests {
 
     /// The byte at stream offset `i` in these tests.
     fn byte(i: u64) -> u8 {
-        (i * 7 + i / 251) as u8
+        (i.wrapping_mul(7).wrapping_add(i / 251)) as u8
     }
 
     fn run(from: u64, len: usize) -> Vec<u8> {
@@ -225,7 +226,7 @@ mod tests {
     impl ByteSource for TestStream {
         fn fill(&self, offset: u64, out: &mut [u8]) {
             for (i, b) in out.iter_mut().enumerate() {
-                *b = byte(offset + i as u64);
+                *b = byte(offset.wrapping_add(i as u64));
             }
         }
     }
@@ -288,6 +289,15 @@ mod tests {
         let mut again = vec![0u8; 620];
         buf.copy_out(900, &mut again);
         assert_eq!(again, expected[900..]);
+        // A source numbered up to the end of u64 wraps instead of overflowing.
+        let mut near_end = SendBuffer::new();
+        near_end.push_generated(&source, u64::MAX - 4, 10);
+        let mut wrapped = [0u8; 10];
+        near_end.copy_out(0, &mut wrapped);
+        assert_eq!(wrapped.to_vec(), (0..10u64).map(|i| byte((u64::MAX - 4).wrapping_add(i))).collect::<Vec<u8>>());
+        let mut past_the_end = [0u8; 4];
+        near_end.copy_out(6, &mut past_the_end);
+        assert_eq!(past_the_end[..], wrapped[6..]);
         buf.release_front(1510);
         let mut last = [0u8; 10];
         buf.copy_out(0, &mut last);
