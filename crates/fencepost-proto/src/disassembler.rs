@@ -237,13 +237,7 @@ impl Disassembler {
 
     /// Accepts as much of `data` as the send buffer has room for.
     pub fn write(&mut self, data: &[u8]) -> usize {
-        let n = self.room_for(data.len());
-        if n == 0 {
-            return 0;
-        }
-        self.stream.extend_from_slice(&data[..n]);
-        self.note_write_end();
-        n
+        self.take(data.len(), |stream, n| stream.extend_from_slice(&data[..n]))
     }
 
     /// Like [`Disassembler::write`] for bytes the caller already holds as [`Bytes`]: what
@@ -262,11 +256,16 @@ impl Disassembler {
     /// Like [`Disassembler::write`] for `len` bytes of `source` from its offset `from`,
     /// which are made into their packets when sent: what fits is taken, nothing copied.
     pub fn write_generated(&mut self, source: &Arc<dyn ByteSource>, from: u64, len: usize) -> usize {
+        self.take(len, |stream, n| stream.push_generated(source, from, n))
+    }
+
+    /// Takes what fits of a write of `len` bytes: `push` puts the first `n` in the stream.
+    fn take(&mut self, len: usize, push: impl FnOnce(&mut SendBuffer, usize)) -> usize {
         let n = self.room_for(len);
         if n == 0 {
             return 0;
         }
-        self.stream.push_generated(source, from, n);
+        push(&mut self.stream, n);
         self.note_write_end();
         n
     }

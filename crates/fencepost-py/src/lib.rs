@@ -9,7 +9,7 @@ mod net;
 
 use fencepost_link::Trace;
 use fencepost_sim::events::JsonlWriter;
-use fencepost_sim::{OneThread, Scenario, Simulation};
+use fencepost_sim::{OneThread, Parallelism, Scenario, Simulation};
 use fencepost_spec::options::{Command, Given};
 use fencepost_spec::report::RunReport;
 use pyo3::exceptions::{PyOSError, PyValueError};
@@ -24,15 +24,7 @@ use std::sync::Arc;
 #[pyfunction]
 #[pyo3(signature = (options, events=None, parallel=false))]
 fn simulate(py: Python<'_>, options: Vec<(String, String)>, events: Option<PathBuf>, parallel: bool) -> PyResult<String> {
-    let _ = controller::take_error();
-    let scenario = Scenario::from_options(options.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .map_err(|e| PyValueError::new_err((e.option, e.message)))?;
-    let report = simulate_scenario(py, scenario, events, parallel)?;
-    // A Python controller that raised ran on with its last window; the run's figures mean nothing.
-    if let Some(error) = controller::take_error() {
-        return Err(pyo3::exceptions::PyRuntimeError::new_err(format!("the Python congestion controller failed: {error}")));
-    }
-    Ok(report)
+    Ok(simulate_with_parallelism(py, options, events, parallel)?.0)
 }
 
 /// As `simulate` with `parallel`, saying how the run used two threads: returns the report as
@@ -41,35 +33,36 @@ fn simulate(py: Python<'_>, options: Vec<(String, String)>, events: Option<PathB
 #[pyfunction]
 #[pyo3(signature = (options, events=None))]
 fn simulate_parallel(py: Python<'_>, options: Vec<(String, String)>, events: Option<PathBuf>) -> PyResult<(String, f64, Option<String>)> {
-    if events.is_some() {
-        let report = simulate(py, options, events, true)?;
-        return Ok((report, 0.0, Some(OneThread::EventsRecorded.to_string())));
-    }
+    let (report, parallelism) = simulate_with_parallelism(py, options, events, true)?;
+    Ok((report, parallelism.apart.as_secs_f64(), parallelism.one_thread.map(|why| why.to_string())))
+}
+
+fn simulate_with_parallelism(py: Python<'_>, options: Vec<(String, String)>, events: Option<PathBuf>, parallel: bool) -> PyResult<(String, Parallelism)> {
     let _ = controller::take_error();
     let scenario = Scenario::from_options(options.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .map_err(|e| PyValueError::new_err((e.option, e.message)))?;
-    let cancel = Arc::new(AtomicBool::new(false));
-    let sim = Simulation::new(scenario).cancel_on(cancel.clone()).parallel(true);
-    let (report, parallelism) = run_interruptible(py, &cancel, move || sim.run_with_parallelism())?;
+    let ran = simulate_scenario(py, scenario, events, parallel)?;
+    // A Python controller that raised ran on with its last window; the run's figures mean nothing.
     if let Some(error) = controller::take_error() {
         return Err(pyo3::exceptions::PyRuntimeError::new_err(format!("the Python congestion controller failed: {error}")));
     }
-    Ok((report.to_json(), parallelism.apart.as_secs_f64(), parallelism.one_thread.map(|why| why.to_string())))
+    Ok(ran)
 }
 
-fn simulate_scenario(py: Python<'_>, scenario: Scenario, events: Option<PathBuf>, parallel: bool) -> PyResult<String> {
+fn simulate_scenario(py: Python<'_>, scenario: Scenario, events: Option<PathBuf>, parallel: bool) -> PyResult<(String, Parallelism)> {
     let cancel = Arc::new(AtomicBool::new(false));
     let sim = Simulation::new(scenario.clone()).cancel_on(cancel.clone()).parallel(parallel);
     let Some(path) = events else {
-        let report = run_interruptible(py, &cancel, move || sim.run())?;
-        return Ok(report.to_json());
+        let (report, parallelism) = run_interruptible(py, &cancel, move || sim.run_with_parallelism())?;
+        return Ok((report.to_json(), parallelism));
     };
     let writer = JsonlWriter::create(&path, "fencepost sim", serde_json::json!(scenario.options))
         .map_err(|e| PyValueError::new_err(("events".to_string(), format!("cannot write {}: {e}", path.display()))))?;
     let sim = sim.with_trace(Box::new(writer)).cancel_on(cancel.clone());
     let (report, recorded) = run_interruptible(py, &cancel, move || sim.run_traced())?;
     recorded.map_err(|e| PyOSError::new_err(format!("writing the event log {}: {e}", path.display())))?;
-    Ok(report.to_json())
+    let parallelism = Parallelism { apart: fencepost_proto::Duration::ZERO, one_thread: parallel.then_some(OneThread::EventsRecorded) };
+    Ok((report.to_json(), parallelism))
 }
 
 /// Runs `job` on a helper thread with the GIL released, checking for Ctrl-C every

@@ -13,7 +13,7 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-/// Bytes a bulk sender writes per call and the verifier regenerates at a time.
+/// Bytes the stream sender makes at a time, and the verifier regenerates at a time.
 const CHUNK: usize = 64 * 1024;
 
 /// What a flow's applications share with the simulator: the stream digests (echo), the

@@ -140,7 +140,7 @@ pub(super) fn partition(scenario: &Scenario, channels: &[Channel]) -> Result<Par
         }
     }
     // Every flow's path crosses from its client's side to its server's, so some channel does.
-    let (lookahead, side_of_host) = best.unwrap_or((0, Vec::new()));
+    let (lookahead, side_of_host) = best.unwrap_or_default();
     let lookahead = Duration::from_micros(lookahead);
     if lookahead < MIN_LOOKAHEAD {
         return Err(OneThread::ShortLookahead(lookahead));

@@ -378,13 +378,14 @@ impl Simulation {
         let deadline = self.now + self.scenario.timeout;
         let mut steps_here = 0u32;
         let mut steps = 0u64;
-        let partition = match (self.parallel, self.trace.is_some()) {
-            (false, _) => Err(None),
-            (true, true) => Err(Some(OneThread::EventsRecorded)),
-            (true, false) => parallel::partition(&self.scenario, &self.channels).map_err(Some),
+        let (partition, one_thread) = match (self.parallel, self.trace.is_some()) {
+            (false, _) => (None, None),
+            (true, true) => (None, Some(OneThread::EventsRecorded)),
+            (true, false) => match parallel::partition(&self.scenario, &self.channels) {
+                Ok(partition) => (Some(partition), None),
+                Err(why) => (None, Some(why)),
+            },
         };
-        let one_thread = partition.as_ref().err().cloned().flatten();
-        let partition = partition.ok();
         let (status, error) = loop {
             steps += 1;
             if steps % 4096 == 0 && self.cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed)) {
