@@ -144,10 +144,13 @@ const QUEUE_PEAK_DECAY: f64 = 0.98;
 /// `tolerant`: the least queue peak, as a share of the queueing target (beyond the jitter
 /// discount), that counts as a buffer's depth rather than noise.
 const QUEUE_PEAK_FLOOR: f64 = 0.05;
-/// `tolerant`: a round whose smallest RTT holds this share of the queue peak (or less)
-/// keeps the loss correction whole; at [`PEAK_QUEUE_NO_CORRECTION`] it is gone.
-const PEAK_QUEUE_FULL_CORRECTION: f64 = 0.5;
-const PEAK_QUEUE_NO_CORRECTION: f64 = 0.75;
+/// `tolerant`: the deepest queue peak, as a share of the queueing target, the shallow-buffer
+/// rule looks at: deeper queues show to `last_round_queue`, which fades the correction itself.
+const SHALLOW_QUEUE_PEAK_MAX: f64 = 0.5;
+/// `tolerant`: a round whose mean RTT holds this share of the queue peak (or less) keeps the
+/// loss correction whole; at [`PEAK_QUEUE_NO_CORRECTION`] it is gone.
+const PEAK_QUEUE_FULL_CORRECTION: f64 = 0.4;
+const PEAK_QUEUE_NO_CORRECTION: f64 = 0.7;
 
 /// `tolerant`'s queueing-delay target: a quarter of the propagation delay, at least a millisecond.
 fn queue_target(min_rtt: Duration) -> f64 {
@@ -255,8 +258,12 @@ pub struct Bbr {
     /// The smallest RTT of the round in progress and of the last complete one.
     round_min_rtt: Option<Duration>,
     last_round_min_rtt: Option<Duration>,
-    /// The largest RTT of the round in progress.
+    /// The largest RTT of the round in progress, and the sum and count of its samples.
     round_max_rtt: Option<Duration>,
+    round_rtt_total: Duration,
+    round_rtt_samples: u64,
+    /// `tolerant`: the mean RTT of the last complete round.
+    last_round_mean_rtt: Option<Duration>,
     /// `tolerant`: the deepest queue lately (a round's largest RTT above the minimum, in
     /// seconds, decaying by [`QUEUE_PEAK_DECAY`] a round): what the bottleneck's buffer
     /// holds when it is full, as far as this flow has seen.
@@ -344,6 +351,9 @@ impl Bbr {
             round_min_rtt: None,
             last_round_min_rtt: None,
             round_max_rtt: None,
+            round_rtt_total: Duration::ZERO,
+            round_rtt_samples: 0,
+            last_round_mean_rtt: None,
             queue_peak: 0.0,
             previous_rtt: None,
             delay_jitter: 0.0,
@@ -513,24 +523,27 @@ impl Bbr {
     }
 
     /// `tolerant`: how much of the loss correction a sample keeps given how full the last
-    /// round kept the buffer: whole while its smallest RTT holds at most half the queue
-    /// peak, none from three quarters. A buffer shallower than half the queueing target
-    /// never shows a queue to `last_round_queue`, and flows that together keep it full
-    /// lose packets to its overflow in every phase, calm ones included, as if at random:
-    /// `p̂` took that loss in, each flow's estimate was corrected for it (up to tenfold),
-    /// and the excess they sent overflowed the buffer more. Four `tolerant` flows through
-    /// 15 kB at 100 Mbit/s, 20 ms: 79 % of their data packets were resends, 85.8 Mbit/s
-    /// together; eight, 85 % and 78.5 Mbit/s. A flow alone with random loss drains the
-    /// queue in its 0.75 phase and probes it deeper, so its rounds' minima sit well
-    /// below the peak; jitter is discounted as in `last_round_queue`, and a peak within
-    /// the jitter is no buffer's depth at all.
+    /// round kept a shallow buffer: whole while its mean RTT holds at most 0.4 of the queue
+    /// peak, none from 0.7. A buffer shallower than half the queueing target never shows a
+    /// queue to `last_round_queue`, and flows that together keep it full lose packets to
+    /// its overflow in every phase, calm ones included, as if at random: `p̂` took that
+    /// loss in, each flow's estimate was corrected for it (up to tenfold), and the excess
+    /// they sent overflowed the buffer more. Four `tolerant` flows through 15 kB at
+    /// 100 Mbit/s, 20 ms: 79 % of their data packets were resends, 85.8 Mbit/s together;
+    /// eight, 85 % and 78.5 Mbit/s. A flow alone with random loss drains the queue in its
+    /// 0.75 phase and probes it deeper, so its rounds sit well below the peak. The round's
+    /// mean, not its smallest RTT: a flow sending more samples the queue's brief dips more
+    /// often, and with the minimum it kept its correction while the others lost theirs
+    /// (8 flows through 15 kB: 0.7 to 37.9 Mbit/s each). Jitter is discounted as in
+    /// `last_round_queue`, and a peak within the jitter is no buffer's depth at all.
     fn shallow_queue_trust(&self) -> f64 {
-        let (Some(min_rtt), Some(round_min)) = (self.min_rtt, self.last_round_min_rtt) else { return 1.0 };
+        let (Some(min_rtt), Some(round_mean)) = (self.min_rtt, self.last_round_mean_rtt) else { return 1.0 };
         let discount = JITTER_QUEUE_DISCOUNT * self.jitter();
-        if self.queue_peak <= discount + QUEUE_PEAK_FLOOR * queue_target(min_rtt) {
+        let target = queue_target(min_rtt);
+        if self.queue_peak <= discount + QUEUE_PEAK_FLOOR * target || self.queue_peak > SHALLOW_QUEUE_PEAK_MAX * target {
             return 1.0;
         }
-        let standing = (round_min.saturating_sub(min_rtt).as_secs_f64() - discount).max(0.0) / self.queue_peak;
+        let standing = (round_mean.saturating_sub(min_rtt).as_secs_f64() - discount).max(0.0) / self.queue_peak;
         ((PEAK_QUEUE_NO_CORRECTION - standing) / (PEAK_QUEUE_NO_CORRECTION - PEAK_QUEUE_FULL_CORRECTION)).clamp(0.0, 1.0)
     }
 
@@ -596,8 +609,8 @@ impl Bbr {
             corrected = resolved as f64 / interval;
         }
         // A queue that stood through the last round says the estimate is already too high:
-        // the correction fades out between a quarter and a half of the queueing target, or
-        // as the queue nears the deepest it has been (a shallow buffer kept full).
+        // the correction fades out between a quarter and a half of the queueing target, or,
+        // in a buffer shallower than that, as the queue nears the deepest it has been.
         let trust = self.last_round_queue().map_or(1.0, |queue| (2.0 - 4.0 * queue).clamp(0.0, 1.0)).min(self.shallow_queue_trust());
         sample.delivery_rate + (corrected - sample.delivery_rate).max(0.0) * trust
     }
@@ -976,6 +989,8 @@ impl Controller for Bbr {
                 self.round += 1;
                 self.round_start = true;
                 let previous_round_min = std::mem::replace(&mut self.last_round_min_rtt, self.round_min_rtt.take());
+                self.last_round_mean_rtt = (self.round_rtt_samples > 0).then(|| self.round_rtt_total / self.round_rtt_samples);
+                (self.round_rtt_total, self.round_rtt_samples) = (Duration::ZERO, 0);
                 if let (Some(min_rtt), Some(round_max)) = (self.min_rtt, self.round_max_rtt.take()) {
                     self.queue_peak = (self.queue_peak * QUEUE_PEAK_DECAY).max(round_max.saturating_sub(min_rtt).as_secs_f64());
                 }
@@ -995,6 +1010,8 @@ impl Controller for Bbr {
             let latest = rtt.latest();
             self.round_min_rtt = Some(self.round_min_rtt.map_or(latest, |m| m.min(latest)));
             self.round_max_rtt = Some(self.round_max_rtt.map_or(latest, |m| m.max(latest)));
+            self.round_rtt_total += latest;
+            self.round_rtt_samples += 1;
             self.update_delay_jitter(latest);
         }
         self.round_acked += batch.newly_acked;
@@ -1380,8 +1397,8 @@ mod tests {
             full.round(10e6, 0.3, 52);
         }
         assert!(full.cc.bandwidth() <= 0.75 * before, "{} of {before} kept", full.cc.bandwidth());
-        // A queue that comes and goes (its rounds' smallest RTT at the propagation delay,
-        // the largest 2 ms above) leaves the correction whole.
+        // A queue that comes and goes (every other round at the propagation delay) leaves
+        // the correction to the rounds without it, and the estimate where it was.
         let mut passing = Fluid::new(BbrConfig::tolerant());
         settle(&mut passing);
         for i in 0..20 {
