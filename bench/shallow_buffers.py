@@ -1,0 +1,94 @@
+"""Several flows through a buffer far shallower than the path's bandwidth-delay product, simulated.
+
+Each case runs every controller named by --cc (default tolerant, bbr, cubic) on the same dumbbell
+for --time (30 s) and prints the flows' aggregate goodput, Jain's index over their goodputs, and
+the share of the data packets they sent that were retransmissions (overflow the senders caused).
+Failed runs are shown and counted, never averaged in. The cases are the ones docs/congestion.md
+quotes for `tolerant`'s shallow-buffer behaviour; a path with no jitter locks drop-tail losses to
+the flows' packet phases, so two cases repeat with 0.1 and 0.3 ms of jitter.
+
+    .venv/bin/python bench/shallow_buffers.py [--cc tolerant,bbr] [--time 30s] [--seeds 1,2] [--json out.json]
+"""
+
+import argparse
+import json
+import sys
+from concurrent.futures import ProcessPoolExecutor
+
+from fencepost import sim
+
+# (label, options): 100 Mbit/s x 20 ms each way is a 500 kB product; 15 kB holds 1.2 ms of it.
+CASES = [
+    ("2 flows, 100 Mbit/s, 20 kB", {"flows": 2, "rate": "100mbit", "queue": "20kB"}),
+    ("4 flows, 100 Mbit/s, 15 kB", {"flows": 4, "rate": "100mbit", "queue": "15kB"}),
+    ("8 flows, 100 Mbit/s, 15 kB", {"flows": 8, "rate": "100mbit", "queue": "15kB"}),
+    ("8 flows, 100 Mbit/s, 15 kB, 0.1 ms jitter", {"flows": 8, "rate": "100mbit", "queue": "15kB", "jitter": "0.1ms"}),
+    ("8 flows, 100 Mbit/s, 15 kB, 0.3 ms jitter", {"flows": 8, "rate": "100mbit", "queue": "15kB", "jitter": "0.3ms"}),
+    ("8 flows, 100 Mbit/s, 60 kB", {"flows": 8, "rate": "100mbit", "queue": "60kB"}),
+    ("4 flows, 100 Mbit/s, 30 kB, 5 % loss", {"flows": 4, "rate": "100mbit", "queue": "30kB", "loss": "5%"}),
+    ("4 flows, 50 Mbit/s, 30 kB", {"flows": 4, "rate": "50mbit", "queue": "30kB"}),
+    ("8 flows, 20 Mbit/s, 25 kB", {"flows": 8, "rate": "20mbit", "queue": "25kB"}),
+]
+
+
+def one(job: tuple) -> dict:
+    label, options, cc, seed, time = job
+    row = {"case": label, "cc": cc, "seed": seed}
+    try:
+        r = sim.run(delay="20ms", time=time, cc=cc, seed=seed, **options)
+    except Exception as exc:  # a run that cannot finish is reported, not averaged in
+        return {**row, "error": str(exc)}
+    if not all(f.integrity_ok for f in r.flows):
+        return {**row, "error": r.error or "a flow's bytes did not check"}
+    sent = sum(f.data_packets_sent for f in r.flows)
+    resent = sum(f.retransmissions for f in r.flows)
+    return {
+        **row,
+        "aggregate_mbps": sum(f.goodput_bps for f in r.flows) / 1e6,
+        "jain": r.jain_index if r.jain_index is not None else 1.0,
+        "retransmitted_share": resent / sent if sent else 0.0,
+        "flows_mbps": [f.goodput_bps / 1e6 for f in r.flows],
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cc", default="tolerant,bbr,cubic", help="controllers, comma-separated (default tolerant,bbr,cubic)")
+    ap.add_argument("--time", default="30s", help="simulated time per run (default 30s)")
+    ap.add_argument("--seeds", default="1", help="seeds, comma-separated (default 1)")
+    ap.add_argument("--workers", type=int, default=2, help="runs in parallel (default 2)")
+    ap.add_argument("--json", help="also write every run to this file")
+    args = ap.parse_args()
+    try:
+        seeds = [int(s) for s in args.seeds.split(",")]
+    except ValueError:
+        ap.error("--seeds: expected whole numbers separated by commas, e.g. 1,2,3")
+    ccs = [c for c in args.cc.split(",") if c]
+    jobs = [(label, options, cc, seed, args.time) for label, options in CASES for cc in ccs for seed in seeds]
+    with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
+        rows = list(pool.map(one, jobs))
+    print(f"simulated, 20 ms each way, {args.time} per run, seeds {args.seeds}; retransmitted = share of data packets sent again")
+    print(f"{'case':44s} {'cc':9s} {'aggregate Mbit/s':>17s} {'Jain':>6s} {'retransmitted':>14s}  failed")
+    failed = 0
+    for label, _ in CASES:
+        for cc in ccs:
+            runs = [r for r in rows if r["case"] == label and r["cc"] == cc]
+            ok = [r for r in runs if "error" not in r]
+            bad = len(runs) - len(ok)
+            failed += bad
+            if not ok:
+                print(f"{label:44s} {cc:9s} {'-':>17s} {'-':>6s} {'-':>14s}  {bad} ({runs[0]['error'][:60]})")
+                continue
+            agg = " ".join(f"{r['aggregate_mbps']:.1f}" for r in ok)
+            jain = " ".join(f"{r['jain']:.2f}" for r in ok)
+            share = " ".join(f"{100 * r['retransmitted_share']:.1f}%" for r in ok)
+            print(f"{label:44s} {cc:9s} {agg:>17s} {jain:>6s} {share:>14s}  {bad}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+        print(f"every run: {args.json}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
