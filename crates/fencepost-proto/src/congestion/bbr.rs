@@ -506,8 +506,13 @@ impl Bbr {
     /// the jitter reads as one.
     fn last_round_queue(&self) -> Option<f64> {
         let (min_rtt, round_min) = (self.min_rtt?, self.last_round_min_rtt?);
-        let above = round_min.saturating_sub(min_rtt).as_secs_f64() - JITTER_QUEUE_DISCOUNT * self.jitter();
-        Some(above.max(0.0) / queue_target(min_rtt))
+        Some(self.queued_beyond_jitter(round_min, min_rtt) / queue_target(min_rtt))
+    }
+
+    /// Seconds `rtt` sits above `min_rtt` beyond what [`JITTER_QUEUE_DISCOUNT`] times the
+    /// delay variation explains: the queue it shows, or 0.
+    fn queued_beyond_jitter(&self, rtt: Duration, min_rtt: Duration) -> f64 {
+        (rtt.saturating_sub(min_rtt).as_secs_f64() - JITTER_QUEUE_DISCOUNT * self.jitter()).max(0.0)
     }
 
     /// Folds an RTT sample into the delay variation, with RFC 3550's gain of 1/16.
@@ -538,12 +543,11 @@ impl Bbr {
     /// `last_round_queue`, and a peak within the jitter is no buffer's depth at all.
     fn shallow_queue_trust(&self) -> f64 {
         let (Some(min_rtt), Some(round_mean)) = (self.min_rtt, self.last_round_mean_rtt) else { return 1.0 };
-        let discount = JITTER_QUEUE_DISCOUNT * self.jitter();
         let target = queue_target(min_rtt);
-        if self.queue_peak <= discount + QUEUE_PEAK_FLOOR * target || self.queue_peak > SHALLOW_QUEUE_PEAK_MAX * target {
+        if self.queue_peak <= JITTER_QUEUE_DISCOUNT * self.jitter() + QUEUE_PEAK_FLOOR * target || self.queue_peak > SHALLOW_QUEUE_PEAK_MAX * target {
             return 1.0;
         }
-        let standing = (round_mean.saturating_sub(min_rtt).as_secs_f64() - discount).max(0.0) / self.queue_peak;
+        let standing = self.queued_beyond_jitter(round_mean, min_rtt) / self.queue_peak;
         ((PEAK_QUEUE_NO_CORRECTION - standing) / (PEAK_QUEUE_NO_CORRECTION - PEAK_QUEUE_FULL_CORRECTION)).clamp(0.0, 1.0)
     }
 
