@@ -89,6 +89,8 @@ pub struct Assembler {
     /// The FIN became contiguous: once `readable` drains, reads return end of stream.
     finished: bool,
     capacity: usize,
+    /// What `capacity` may grow to (see [`Assembler::grow_for_holes`]).
+    max_capacity: usize,
     max_payload: usize,
     /// Bytes held out of order, each packet charged its payload and [`SLOT_COST`].
     held_bytes: usize,
@@ -114,11 +116,41 @@ impl Assembler {
             fin_seq: None,
             finished: false,
             capacity,
+            max_capacity: capacity,
             max_payload: max_payload.max(1),
             held_bytes: 0,
             budget: None,
             spare: Vec::new(),
         }
+    }
+
+    /// Lets the buffer grow up to `max` bytes (see [`Assembler::grow_for_holes`]).
+    pub fn allow_growth_to(&mut self, max: usize) {
+        self.max_capacity = max.max(self.capacity);
+    }
+
+    /// Bytes of received data it may hold now, readable or out of order.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Doubles the buffer (up to its most) when packets held behind holes take more than
+    /// half of it while the application keeps up with reading (an eighth of it readable
+    /// at most), and says whether it grew. The window counts from the first hole, and a
+    /// hole stands for a round trip or more before its repair arrives: on a path whose
+    /// product is large, the packets the sender sends meanwhile fill the window and the
+    /// window, not the path, sets the rate. Held bytes, not readable ones, ask for room:
+    /// a slow reader's backlog is what the window is there to stop. (TCP's receive buffer
+    /// auto-tuning grows by the rate the application reads; with holes the sender's need
+    /// shows before anything is readable.) The endpoint's budget still bounds all
+    /// connections together.
+    pub fn grow_for_holes(&mut self) -> bool {
+        let pressed = self.held_bytes > self.capacity / 2 && self.readable.len() <= self.capacity / 8;
+        if !pressed || self.capacity >= self.max_capacity {
+            return false;
+        }
+        self.capacity = self.capacity.saturating_mul(2).min(self.max_capacity);
+        true
     }
 
     /// Charges what this assembler holds to an endpoint-wide budget from now on.
@@ -541,5 +573,59 @@ mod tests {
         let mut buf = [0u8; 64];
         a.read(&mut buf);
         assert_eq!(a.window(), 4);
+    }
+    /// The buffer doubles, up to its most, while packets held behind a hole take more than
+    /// half of it and little is waiting to be read; never for a reader that lags, and not
+    /// at all unless growth was allowed.
+    #[test]
+    fn grows_for_holes_only_while_the_reader_keeps_up() {
+        let payload = [7u8; 100];
+        let per_packet = 100 + SLOT_COST;
+        let capacity = 40 * per_packet;
+        // Seq 0 is the hole; 1..=20 held behind it fill exactly half: not yet.
+        let mut a = Assembler::new(capacity, 100);
+        a.allow_growth_to(4 * capacity);
+        for seq in 1..=20 {
+            assert_eq!(a.insert(seq, &payload, false), Arrival::OutOfOrder);
+        }
+        assert!(!a.grow_for_holes(), "half the buffer held is not more than half");
+        assert_eq!(a.insert(21, &payload, false), Arrival::OutOfOrder);
+        assert!(a.grow_for_holes());
+        assert_eq!(a.capacity(), 2 * capacity);
+        // The window follows: the sender may now go twice as far past the hole.
+        assert_eq!(a.window() as usize, 2 * capacity / per_packet);
+        for seq in 22..=41 {
+            assert_eq!(a.insert(seq, &payload, false), Arrival::OutOfOrder);
+        }
+        assert!(a.grow_for_holes());
+        assert_eq!(a.capacity(), 4 * capacity, "doubled again");
+        for seq in 42..=85 {
+            assert_eq!(a.insert(seq, &payload, false), Arrival::OutOfOrder);
+        }
+        assert!(!a.grow_for_holes(), "at its most");
+        assert_eq!(a.capacity(), 4 * capacity);
+
+        // The same holes behind a backlog the application has not read: no growth.
+        let mut lagging = Assembler::new(capacity, 100);
+        lagging.allow_growth_to(4 * capacity);
+        for seq in 0..10 {
+            assert_eq!(lagging.insert(seq, &payload, false), Arrival::InOrder);
+        }
+        for seq in 11..=31 {
+            assert_eq!(lagging.insert(seq, &payload, false), Arrival::OutOfOrder);
+        }
+        assert!(lagging.readable_len() > capacity / 8);
+        assert!(!lagging.grow_for_holes(), "a slow reader's backlog asks for no room");
+        let mut buf = vec![0u8; 1000];
+        assert_eq!(lagging.read(&mut buf), 1000);
+        assert!(lagging.grow_for_holes(), "once it has read, the holes do");
+
+        // Growth not allowed (the seed profile's fixed buffer).
+        let mut fixed = Assembler::new(capacity, 100);
+        for seq in 1..=30 {
+            fixed.insert(seq, &payload, false);
+        }
+        assert!(!fixed.grow_for_holes());
+        assert_eq!(fixed.capacity(), capacity);
     }
 }

@@ -326,6 +326,9 @@ pub struct Connection {
     /// their continuation.
     described_base: u64,
     described_to: u64,
+    /// When the packet the latest ack echoes was sent: the far acks that continue it were
+    /// written in the same round, on the same receipt, and are judged by it.
+    described_echo: Option<Instant>,
     rto_backoff: u32,
     /// Start of the current congestion episode: losses of packets sent before it belong to it.
     recovery_start: Option<Instant>,
@@ -467,7 +470,8 @@ impl Connection {
         if let SendPolicy::Tick { interval } = config.send_policy {
             timers.set(Timer::Tick, now + interval);
         }
-        let assembler = Assembler::new(config.recv_buffer, config.max_payload as usize);
+        let mut assembler = Assembler::new(config.recv_buffer, config.max_payload as usize);
+        assembler.allow_growth_to(config.recv_buffer_max);
         Connection {
             side,
             state: State::Handshake,
@@ -500,6 +504,7 @@ impl Connection {
             peer_window: 1,
             described_base: 0,
             described_to: 0,
+            described_echo: None,
             rto_backoff: 0,
             recovery_start: None,
             window_recovery_point: None,
@@ -1227,7 +1232,7 @@ impl Connection {
             }
             // The window reopened by half the buffer: tell a sender that may be waiting on it.
             let edge = self.assembler.fence_base() + self.assembler.window() as u64;
-            let capacity = (self.config.recv_buffer / self.config.max_payload as usize) as u64;
+            let capacity = (self.assembler.capacity() / self.config.max_payload as usize) as u64;
             if edge >= self.advertised_edge + (capacity / 2).max(1) {
                 self.ack_now = true;
             }
@@ -1390,6 +1395,7 @@ impl Connection {
     fn take_handshake_parameters(&mut self, max_payload: u16, window: u32, redundancy: u8) {
         self.payload_size = (self.config.max_payload as usize).min(max_payload.max(wire::MIN_PAYLOAD) as usize);
         self.peer_window = window as u64;
+        self.fit_send_buffer_to_peer_window();
         self.peer_redundancy = Announcement::from_byte(redundancy);
         if self.our_redundancy().sends_repairs() && !self.peer_redundancy.takes_repairs {
             // The peer would drop every repair: spend nothing on them.
@@ -1520,6 +1526,11 @@ impl Connection {
         let continuous = self.config.send_policy == SendPolicy::Continuous;
         match arrival {
             Arrival::InOrder | Arrival::OutOfOrder => {
+                // The wider window counts once the sender hears of it, and that sender is
+                // waiting on the window: say so now.
+                if matches!(arrival, Arrival::OutOfOrder) && self.assembler.grow_for_holes() {
+                    self.ack_now |= continuous;
+                }
                 self.eliciting_since_ack += 1;
                 if continuous {
                     if fin || reordered {
@@ -1614,6 +1625,7 @@ impl Connection {
         if fence_base >= self.peer_fence_base {
             self.peer_fence_base = fence_base;
             self.peer_window = ack.window as u64;
+            self.fit_send_buffer_to_peer_window();
         }
         self.take_rtt_sample(now, ack.echo_timestamp, ack.ack_delay);
         self.described_base = fence_base;
@@ -1623,14 +1635,20 @@ impl Connection {
         // the receiver had the original: the retransmission was spurious (RFC 8985 uses
         // DSACK for the same purpose).
         let echoed_sent = self.instant_of_timestamp(now, ack.echo_timestamp);
+        self.described_echo = echoed_sent;
         self.apply_fence(now, lowest, fence_base, fence_base, ack.bitmap, echoed_sent, true, ack.far_follows);
     }
 
     /// The fence beyond the latest ack's bitmap (see [`FarAck`]). Taken only as the
     /// continuation of what that ack and the far acks after it described: one whose ack
     /// was lost, or that came out of order, would leave a stretch described by nothing,
-    /// and the packets in it would read as lost. It carries no timestamp (no RTT sample,
-    /// no proof of a needless retransmission) and no window.
+    /// and the packets in it would read as lost. It carries no timestamp and no window;
+    /// written on the same receipt as its ack, it is judged by the timestamp that ack
+    /// echoed (`described_echo`): a retransmission it acknowledges moves loss detection
+    /// on, and one it shows needless is counted. Without it, a sender held at its window
+    /// with the holes past the ack's bitmap never saw a retransmission there credited,
+    /// and the packets sent before it waited for timeouts (1 Gbit/s × 100 ms, 20 % loss:
+    /// 83 timeouts in 10 s, 52.6 Mbit/s; now none, 455.5). No RTT sample.
     fn on_far_ack(&mut self, now: Instant, far: &FarAck<'_>) {
         if self.state == State::Handshake {
             self.stats.protocol_violations += 1;
@@ -1648,7 +1666,7 @@ impl Connection {
             return;
         }
         self.described_to = start + far.bitmap.len() as u64 * 8;
-        self.apply_fence(now, lowest, fence_base, start - 1, far.bitmap, None, false, far.far_follows);
+        self.apply_fence(now, lowest, fence_base, start - 1, far.bitmap, self.described_echo, false, far.far_follows);
     }
 
     /// What an ack (`is_ack`) or a far ack says, applied: everything below `fence_base`
@@ -1675,7 +1693,11 @@ impl Connection {
                 }
                 if a.transmissions > 1 && echoed_sent.is_some_and(|e| e < a.sent) {
                     spurious += 1;
-                    reordered |= a.resent_by_threshold;
+                    // Not from a far ack: a far-acked packet resent for nothing was most
+                    // likely described only by a far ack that was lost (the far acks of a
+                    // round are several datagrams, each lost alike), which says nothing
+                    // of reordering.
+                    reordered |= is_ack && a.resent_by_threshold;
                 }
             };
             disassembler.ack_below(fence_base, echoed_sent, &mut on_acked);
@@ -1739,6 +1761,17 @@ impl Connection {
             self.events.push_back(Event::Writable);
         }
         self.check_closed(now);
+    }
+
+    /// Sizes the send buffer to what the peer lets us have beyond its fence, plus a quarter
+    /// of `send_buffer` for what waits unsent, between `send_buffer` and `send_buffer_max`:
+    /// every packet sent stays buffered until acknowledged, so a buffer smaller than the
+    /// peer's window (which grows on a long lossy path, see `Assembler::grow_for_holes`)
+    /// would stop the sender short of it. A window that fits leaves `send_buffer` as set.
+    fn fit_send_buffer_to_peer_window(&mut self) {
+        let window_bytes = usize::try_from(self.peer_window).unwrap_or(usize::MAX).saturating_mul(self.payload_size);
+        let wanted = window_bytes.saturating_add(self.config.send_buffer / 4);
+        self.disassembler.set_capacity(wanted.clamp(self.config.send_buffer, self.config.send_buffer_max.max(self.config.send_buffer)));
     }
 
     /// How many written bytes may wait unsent, beyond what is in flight: two sending windows,

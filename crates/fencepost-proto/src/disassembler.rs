@@ -195,6 +195,12 @@ impl Disassembler {
         self.capacity.saturating_sub(self.stream.len()).min(unsent_limit.saturating_sub(unsent))
     }
 
+    /// Sets the most the buffer holds, unacknowledged and unsent together. Below what it
+    /// holds now, it takes no more writes until acks bring it under.
+    pub fn set_capacity(&mut self, bytes: usize) {
+        self.capacity = bytes;
+    }
+
     /// Bytes written and not yet sent that the buffer takes (the rest of the capacity
     /// holds what is in flight). See `Connection::unsent_limit`.
     pub fn set_unsent_limit(&mut self, bytes: usize) {
