@@ -1,0 +1,86 @@
+"""One flow over a long lossy path, where a hole's round trip, not the link, can set the rate.
+
+Each case runs every controller named by --cc (default tolerant, bbr, cubic) for --time (20 s)
+over each seed and prints the goodput (median, min and max over the seeds), the retransmission
+timeouts and the failed runs (shown and counted, never averaged in). These are the paths the
+README quotes for the receive window that grows with the holes in it (docs/protocol.md,
+"Receive window"): with the buffers fixed at 16 MB the window, not the path, held them.
+
+    .venv/bin/python bench/long_paths.py [--cc tolerant,bbr] [--time 20s] [--seeds 1,2] [--json out.json]
+"""
+
+import argparse
+import json
+import statistics
+import sys
+from concurrent.futures import ProcessPoolExecutor
+
+from fencepost import sim
+
+# (label, options): the queue holds more than any product here, so loss is the path's alone.
+CASES = [
+    ("1 Gbit/s x 100 ms, 1 % loss", {"rate": "1gbit", "delay": "50ms", "loss": "1%"}),
+    ("1 Gbit/s x 100 ms, 5 % loss", {"rate": "1gbit", "delay": "50ms", "loss": "5%"}),
+    ("1 Gbit/s x 100 ms, 20 % loss", {"rate": "1gbit", "delay": "50ms", "loss": "20%"}),
+    ("500 Mbit/s x 200 ms, 2 % loss", {"rate": "500mbit", "delay": "100ms", "loss": "2%"}),
+    ("200 Mbit/s x 300 ms, 10 % loss", {"rate": "200mbit", "delay": "150ms", "loss": "10%"}),
+    ("100 Mbit/s x 600 ms, 5 % loss", {"rate": "100mbit", "delay": "300ms", "loss": "5%"}),
+]
+
+
+def one(job: tuple) -> dict:
+    label, options, cc, seed, time = job
+    row = {"case": label, "cc": cc, "seed": seed}
+    try:
+        r = sim.run(queue="20MB", time=time, cc=cc, seed=seed, **options)
+    except Exception as exc:  # a run that cannot finish is reported, not averaged in
+        return {**row, "error": str(exc)}
+    flow = r.flows[0]
+    if not flow.integrity_ok:
+        return {**row, "error": r.error or "the flow's bytes did not check"}
+    return {**row, "goodput_mbps": flow.goodput_bps / 1e6, "retransmission_timeouts": flow.retransmission_timeouts}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cc", default="tolerant,bbr,cubic", help="controllers, comma-separated (default tolerant,bbr,cubic)")
+    ap.add_argument("--time", default="20s", help="simulated time per run (default 20s)")
+    ap.add_argument("--seeds", default="1,2", help="seeds, comma-separated (default 1,2)")
+    ap.add_argument("--workers", type=int, default=2, help="runs in parallel (default 2)")
+    ap.add_argument("--json", help="also write every run to this file")
+    args = ap.parse_args()
+    try:
+        seeds = [int(s) for s in args.seeds.split(",")]
+    except ValueError:
+        ap.error("--seeds: expected whole numbers separated by commas, e.g. 1,2,3")
+    ccs = [c for c in args.cc.split(",") if c]
+    if not ccs:
+        ap.error("--cc: expected controllers separated by commas, e.g. tolerant,bbr")
+    jobs = [(label, options, cc, seed, args.time) for label, options in CASES for cc in ccs for seed in seeds]
+    with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
+        rows = list(pool.map(one, jobs))
+    print(f"simulated, one flow, {args.time} per run, seeds {args.seeds}, a 20 MB queue; goodput at the receiver")
+    print(f"{'case':32s} {'cc':9s} {'goodput Mbit/s (median, min-max)':>34s} {'timeouts':>9s}  failed")
+    failed = 0
+    for label, _ in CASES:
+        for cc in ccs:
+            runs = [r for r in rows if r["case"] == label and r["cc"] == cc]
+            ok = [r for r in runs if "error" not in r]
+            bad = len(runs) - len(ok)
+            failed += bad
+            if not ok:
+                print(f"{label:32s} {cc:9s} {'-':>34s} {'-':>9s}  {bad} ({runs[0]['error'][:60]})")
+                continue
+            rates = [r["goodput_mbps"] for r in ok]
+            spread = f"{statistics.median(rates):.1f} ({min(rates):.1f}-{max(rates):.1f})"
+            timeouts = "/".join(str(r["retransmission_timeouts"]) for r in ok)
+            print(f"{label:32s} {cc:9s} {spread:>34s} {timeouts:>9s}  {bad}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    print(f"failed runs: {failed} of {len(rows)}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
