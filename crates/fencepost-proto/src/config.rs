@@ -108,9 +108,9 @@ pub struct TransportConfig {
     /// Bytes the application may have written and not yet had acknowledged: at first, and
     /// as long as the peer's window fits in it (see `send_buffer_max`).
     pub send_buffer: usize,
-    /// The most the send buffer grows to, following the peer's window (plus a quarter of
-    /// `send_buffer` for what waits unsent): what the peer has let us send stays buffered
-    /// until acknowledged.
+    /// The most the send buffer grows to, following the peer's window once that outgrows
+    /// `send_buffer` (plus a quarter of `send_buffer` for what waits unsent): what the
+    /// peer has let us send stays buffered until acknowledged.
     pub send_buffer_max: usize,
     /// Bytes of received data buffered, readable or out of order, at first.
     pub recv_buffer: usize,

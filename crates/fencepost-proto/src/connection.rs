@@ -1763,15 +1763,17 @@ impl Connection {
         self.check_closed(now);
     }
 
-    /// Sizes the send buffer to what the peer lets us have beyond its fence, plus a quarter
-    /// of `send_buffer` for what waits unsent, between `send_buffer` and `send_buffer_max`:
-    /// every packet sent stays buffered until acknowledged, so a buffer smaller than the
-    /// peer's window (which grows on a long lossy path, see `Assembler::grow_for_holes`)
-    /// would stop the sender short of it. A window that fits leaves `send_buffer` as set.
+    /// Sizes the send buffer to the peer's window once that outgrows `send_buffer`: what
+    /// the peer lets us have beyond its fence, plus a quarter of `send_buffer` for what
+    /// waits unsent, at most `send_buffer_max`. Every packet sent stays buffered until
+    /// acknowledged, so a buffer smaller than the peer's window (which grows on a long
+    /// lossy path, see `Assembler::grow_for_holes`) would stop the sender short of it.
+    /// A window that fits leaves `send_buffer` as set.
     fn fit_send_buffer_to_peer_window(&mut self) {
         let window_bytes = usize::try_from(self.peer_window).unwrap_or(usize::MAX).saturating_mul(self.payload_size);
-        let wanted = window_bytes.saturating_add(self.config.send_buffer / 4);
-        self.disassembler.set_capacity(wanted.clamp(self.config.send_buffer, self.config.send_buffer_max.max(self.config.send_buffer)));
+        let send_buffer = self.config.send_buffer;
+        let capacity = if window_bytes > send_buffer { window_bytes.saturating_add(send_buffer / 4).min(self.config.send_buffer_max.max(send_buffer)) } else { send_buffer };
+        self.disassembler.set_capacity(capacity);
     }
 
     /// How many written bytes may wait unsent, beyond what is in flight: two sending windows,
