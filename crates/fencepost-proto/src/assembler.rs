@@ -574,6 +574,7 @@ mod tests {
         a.read(&mut buf);
         assert_eq!(a.window(), 4);
     }
+
     /// The buffer doubles, up to its most, while packets held behind a hole take more than
     /// half of it and little is waiting to be read; never for a reader that lags, and not
     /// at all unless growth was allowed.
