@@ -9,12 +9,10 @@ README quotes for the receive window that grows with the holes in it (docs/proto
     .venv/bin/python bench/long_paths.py [--cc tolerant,bbr] [--time 20s] [--seeds 1,2] [--json out.json]
 """
 
-import argparse
-import json
 import statistics
 import sys
-from concurrent.futures import ProcessPoolExecutor
 
+import sim_cases
 from fencepost import sim
 
 # (label, options): the queue holds more than any product here, so loss is the path's alone.
@@ -42,42 +40,21 @@ def one(job: tuple) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cc", default="tolerant,bbr,cubic", help="controllers, comma-separated (default tolerant,bbr,cubic)")
-    ap.add_argument("--time", default="20s", help="simulated time per run (default 20s)")
-    ap.add_argument("--seeds", default="1,2", help="seeds, comma-separated (default 1,2)")
-    ap.add_argument("--workers", type=int, default=2, help="runs in parallel (default 2)")
-    ap.add_argument("--json", help="also write every run to this file")
-    args = ap.parse_args()
-    try:
-        seeds = [int(s) for s in args.seeds.split(",")]
-    except ValueError:
-        ap.error("--seeds: expected whole numbers separated by commas, e.g. 1,2,3")
-    ccs = [c for c in args.cc.split(",") if c]
-    if not ccs:
-        ap.error("--cc: expected controllers separated by commas, e.g. tolerant,bbr")
-    jobs = [(label, options, cc, seed, args.time) for label, options in CASES for cc in ccs for seed in seeds]
-    with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
-        rows = list(pool.map(one, jobs))
+    args, ccs, seeds = sim_cases.parse(__doc__, time="20s", seeds="1,2")
+    rows = sim_cases.run(one, CASES, ccs, seeds, args)
     print(f"simulated, one flow, {args.time} per run, seeds {args.seeds}, a 20 MB queue; goodput at the receiver")
     print(f"{'case':32s} {'cc':9s} {'goodput Mbit/s (median, min-max)':>34s} {'timeouts':>9s}  failed")
     failed = 0
-    for label, _ in CASES:
-        for cc in ccs:
-            runs = [r for r in rows if r["case"] == label and r["cc"] == cc]
-            ok = [r for r in runs if "error" not in r]
-            bad = len(runs) - len(ok)
-            failed += bad
-            if not ok:
-                print(f"{label:32s} {cc:9s} {'-':>34s} {'-':>9s}  {bad} ({runs[0]['error'][:60]})")
-                continue
-            rates = [r["goodput_mbps"] for r in ok]
-            spread = f"{statistics.median(rates):.1f} ({min(rates):.1f}-{max(rates):.1f})"
-            timeouts = "/".join(str(r["retransmission_timeouts"]) for r in ok)
-            print(f"{label:32s} {cc:9s} {spread:>34s} {timeouts:>9s}  {bad}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    for label, cc, ok, bad, error in sim_cases.grouped(rows, CASES, ccs):
+        failed += bad
+        if not ok:
+            print(f"{label:32s} {cc:9s} {'-':>34s} {'-':>9s}  {bad} ({error[:60]})")
+            continue
+        rates = [r["goodput_mbps"] for r in ok]
+        spread = f"{statistics.median(rates):.1f} ({min(rates):.1f}-{max(rates):.1f})"
+        timeouts = "/".join(str(r["retransmission_timeouts"]) for r in ok)
+        print(f"{label:32s} {cc:9s} {spread:>34s} {timeouts:>9s}  {bad}")
+    sim_cases.write_json(rows, args.json)
     print(f"failed runs: {failed} of {len(rows)}")
     return 1 if failed else 0
 

@@ -10,11 +10,9 @@ the flows' packet phases, so two cases repeat with 0.1 and 0.3 ms of jitter.
     .venv/bin/python bench/shallow_buffers.py [--cc tolerant,bbr] [--time 30s] [--seeds 1,2] [--json out.json]
 """
 
-import argparse
-import json
 import sys
-from concurrent.futures import ProcessPoolExecutor
 
+import sim_cases
 from fencepost import sim
 
 # (label, options): 100 Mbit/s x 20 ms each way is a 500 kB product; 15 kB holds 1.2 ms of it.
@@ -52,40 +50,22 @@ def one(job: tuple) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cc", default="tolerant,bbr,cubic", help="controllers, comma-separated (default tolerant,bbr,cubic)")
-    ap.add_argument("--time", default="30s", help="simulated time per run (default 30s)")
-    ap.add_argument("--seeds", default="1", help="seeds, comma-separated (default 1)")
-    ap.add_argument("--workers", type=int, default=2, help="runs in parallel (default 2)")
-    ap.add_argument("--json", help="also write every run to this file")
-    args = ap.parse_args()
-    try:
-        seeds = [int(s) for s in args.seeds.split(",")]
-    except ValueError:
-        ap.error("--seeds: expected whole numbers separated by commas, e.g. 1,2,3")
-    ccs = [c for c in args.cc.split(",") if c]
-    jobs = [(label, options, cc, seed, args.time) for label, options in CASES for cc in ccs for seed in seeds]
-    with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
-        rows = list(pool.map(one, jobs))
+    args, ccs, seeds = sim_cases.parse(__doc__, time="30s", seeds="1")
+    rows = sim_cases.run(one, CASES, ccs, seeds, args)
     print(f"simulated, 20 ms each way, {args.time} per run, seeds {args.seeds}; retransmitted = share of data packets sent again")
     print(f"{'case':44s} {'cc':9s} {'aggregate Mbit/s':>17s} {'Jain':>6s} {'retransmitted':>14s}  failed")
     failed = 0
-    for label, _ in CASES:
-        for cc in ccs:
-            runs = [r for r in rows if r["case"] == label and r["cc"] == cc]
-            ok = [r for r in runs if "error" not in r]
-            bad = len(runs) - len(ok)
-            failed += bad
-            if not ok:
-                print(f"{label:44s} {cc:9s} {'-':>17s} {'-':>6s} {'-':>14s}  {bad} ({runs[0]['error'][:60]})")
-                continue
-            agg = " ".join(f"{r['aggregate_mbps']:.1f}" for r in ok)
-            jain = " ".join(f"{r['jain']:.2f}" for r in ok)
-            share = " ".join(f"{100 * r['retransmitted_share']:.1f}%" for r in ok)
-            print(f"{label:44s} {cc:9s} {agg:>17s} {jain:>6s} {share:>14s}  {bad}")
+    for label, cc, ok, bad, error in sim_cases.grouped(rows, CASES, ccs):
+        failed += bad
+        if not ok:
+            print(f"{label:44s} {cc:9s} {'-':>17s} {'-':>6s} {'-':>14s}  {bad} ({error[:60]})")
+            continue
+        agg = " ".join(f"{r['aggregate_mbps']:.1f}" for r in ok)
+        jain = " ".join(f"{r['jain']:.2f}" for r in ok)
+        share = " ".join(f"{100 * r['retransmitted_share']:.1f}%" for r in ok)
+        print(f"{label:44s} {cc:9s} {agg:>17s} {jain:>6s} {share:>14s}  {bad}")
+    sim_cases.write_json(rows, args.json)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
         print(f"every run: {args.json}")
     return 1 if failed else 0
 

@@ -1,0 +1,52 @@
+"""What the simulated case benchmarks (shallow_buffers.py, long_paths.py) share: their
+command line, running every case x controller x seed in parallel, and grouping the runs
+by case and controller with the failed ones counted apart."""
+
+import argparse
+import json
+from concurrent.futures import ProcessPoolExecutor
+
+
+def parse(doc: str, time: str, seeds: str) -> tuple:
+    """The common options (--cc, --time, --seeds, --workers, --json) with these defaults;
+    returns (args, controllers, seeds). Bad values end with an error naming the option."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--cc", default="tolerant,bbr,cubic", help="controllers, comma-separated (default tolerant,bbr,cubic)")
+    ap.add_argument("--time", default=time, help=f"simulated time per run (default {time})")
+    ap.add_argument("--seeds", default=seeds, help=f"seeds, comma-separated (default {seeds})")
+    ap.add_argument("--workers", type=int, default=2, help="runs in parallel (default 2)")
+    ap.add_argument("--json", help="also write every run to this file")
+    args = ap.parse_args()
+    try:
+        seed_list = [int(s) for s in args.seeds.split(",")]
+    except ValueError:
+        ap.error("--seeds: expected whole numbers separated by commas, e.g. 1,2,3")
+    ccs = [c for c in args.cc.split(",") if c]
+    if not ccs:
+        ap.error("--cc: expected controllers separated by commas, e.g. tolerant,bbr")
+    return args, ccs, seed_list
+
+
+def run(one, cases: list, ccs: list, seeds: list, args) -> list:
+    """`one((label, options, cc, seed, time))` for every case, controller and seed, on
+    `args.workers` processes; the rows in that order."""
+    jobs = [(label, options, cc, seed, args.time) for label, options in cases for cc in ccs for seed in seeds]
+    with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
+        return list(pool.map(one, jobs))
+
+
+def grouped(rows: list, cases: list, ccs: list):
+    """(label, cc, runs that completed, how many failed, the first failure's error) per case
+    and controller, in table order."""
+    for label, _ in cases:
+        for cc in ccs:
+            runs = [r for r in rows if r["case"] == label and r["cc"] == cc]
+            ok = [r for r in runs if "error" not in r]
+            error = next((r["error"] for r in runs if "error" in r), "")
+            yield label, cc, ok, len(runs) - len(ok), error
+
+
+def write_json(rows: list, path) -> None:
+    if path:
+        with open(path, "w") as f:
+            json.dump(rows, f, indent=1)
