@@ -699,7 +699,8 @@ impl Connection {
     }
 
     /// Reads up to `max` bytes without copying them out: waits like `recv`, then hands
-    /// them to `consume` where the transport holds them (one or two slices, in order).
+    /// them to `consume` where the transport holds them (in order, a slice for each
+    /// buffer they arrived in, about one per packet).
     /// `consume` runs under the endpoint's lock, which the driver needs for every packet:
     /// keep it short (count, parse a header, copy a little); work such as hashing belongs
     /// after a plain `recv`. `Ok(0)`: the peer finished and everything was read.

@@ -72,6 +72,21 @@ enum Slot {
     Fin,
 }
 
+/// The stream's bytes delivered in order and not yet read, in the buffers they arrived
+/// in: a packet held behind a hole joins it when the hole fills without being copied
+/// again (under steady random loss nearly every packet is held, and the second copy,
+/// through a ring that cycled over the whole backlog, was a tenth of a simulated lossy
+/// transfer's time). Small payloads share a buffer, so memory stays near what is charged.
+#[derive(Debug, Default)]
+struct Delivered {
+    /// In stream order; none is empty past `read`.
+    chunks: VecDeque<Vec<u8>>,
+    /// Bytes of the front chunk already read.
+    read: usize,
+    /// Bytes not yet read, over all chunks.
+    len: usize,
+}
+
 #[derive(Debug)]
 pub struct Assembler {
     /// Next sequence number the stream needs; everything below it was delivered to `readable`.
@@ -80,11 +95,14 @@ pub struct Assembler {
     slots: VecDeque<Slot>,
     /// Packets held in `slots`.
     held: u64,
+    /// The most payload buffers in use at once (held, or readable), which spares never
+    /// outgrow (see `spare`).
+    buffers_peak: usize,
     /// One bit per sequence number held out of order, word `i` covering sequence
     /// numbers `64 * (first_word + i) ..`: acks copy fences out of it a word at a time.
     held_bits: VecDeque<u64>,
     first_word: u64,
-    readable: VecDeque<u8>,
+    readable: Delivered,
     fin_seq: Option<u64>,
     /// The FIN became contiguous: once `readable` drains, reads return end of stream.
     finished: bool,
@@ -95,12 +113,12 @@ pub struct Assembler {
     /// Bytes held out of order, each packet charged its payload and [`SLOT_COST`].
     held_bytes: usize,
     budget: Option<Arc<BufferBudget>>,
-    /// Emptied payload buffers kept for the next packets held out of order. Under steady
+    /// Emptied payload buffers kept for the next packets (held or delivered). Under steady
     /// random loss nearly every packet arrives behind a hole; a fresh allocation for each
     /// (and the heap trimmed and grown again as holes come and go) cost a simulated lossy
-    /// transfer a tenth of its time. Kept only while holes remain: with the packets held,
-    /// they number at most the most held at once since there were none, so they hold no
-    /// more memory than was charged for held packets in the same run of holes.
+    /// transfer a tenth of its time. Spares and buffers in use never number more than the
+    /// most in use at once, so spares hold no more memory than the receive buffer once
+    /// held (as a ring's capacity stays at its largest), until `shrink_to_fit`.
     spare: Vec<Vec<u8>>,
 }
 
@@ -110,9 +128,10 @@ impl Assembler {
             fence_base: 0,
             slots: VecDeque::new(),
             held: 0,
+            buffers_peak: 0,
             held_bits: VecDeque::new(),
             first_word: 0,
-            readable: VecDeque::new(),
+            readable: Delivered::default(),
             fin_seq: None,
             finished: false,
             capacity,
@@ -145,7 +164,7 @@ impl Assembler {
     /// shows before anything is readable.) The endpoint's budget still bounds all
     /// connections together.
     pub fn grow_for_holes(&mut self) -> bool {
-        let pressed = self.held_bytes > self.capacity / 2 && self.readable.len() <= self.capacity / 8;
+        let pressed = self.held_bytes > self.capacity / 2 && self.readable.len <= self.capacity / 8;
         if !pressed || self.capacity >= self.max_capacity {
             return false;
         }
@@ -155,15 +174,15 @@ impl Assembler {
 
     /// Charges what this assembler holds to an endpoint-wide budget from now on.
     pub fn set_budget(&mut self, budget: Arc<BufferBudget>) {
-        budget.take(self.readable.len() + self.held_bytes);
+        budget.take(self.readable.len + self.held_bytes);
         if let Some(old) = self.budget.replace(budget) {
-            old.give(self.readable.len() + self.held_bytes);
+            old.give(self.readable.len + self.held_bytes);
         }
     }
 
     /// Bytes held in memory: readable, and out of order (with their slot cost).
     pub fn buffered_bytes(&self) -> usize {
-        self.readable.len() + self.held_bytes
+        self.readable.len + self.held_bytes
     }
 
     pub fn fence_base(&self) -> u64 {
@@ -177,20 +196,21 @@ impl Assembler {
     /// sender reach the window's edge, packets it was allowed to send were dropped
     /// for room (5 in 100 MB at 1 Gbit/s over 100 ms, 0.1 % loss).
     pub fn window(&self) -> u32 {
-        let free = self.capacity.saturating_sub(self.readable.len());
+        let free = self.capacity.saturating_sub(self.readable.len);
         (free / (self.max_payload + SLOT_COST)).min(u32::MAX as usize) as u32
     }
 
     pub fn readable_len(&self) -> usize {
-        self.readable.len()
+        self.readable.len
     }
 
     /// Gives back the memory beyond what is held now (for a connection that is done
     /// receiving but lingers to answer retransmissions).
     pub fn shrink_to_fit(&mut self) {
-        self.readable.shrink_to_fit();
+        self.readable.chunks.shrink_to_fit();
         self.slots.shrink_to_fit();
         self.spare = Vec::new();
+        self.buffers_peak = self.buffers_in_use();
         self.held_bits.shrink_to_fit();
     }
 
@@ -237,10 +257,13 @@ impl Assembler {
             if fin {
                 self.finished = true;
             } else {
-                self.readable.extend(payload);
+                // Charged before the copy: an atomic update waits for the stores before it to
+                // drain, and after the copy it waited for the whole payload (the receiver's
+                // costliest instruction on loopback).
                 if let Some(b) = &self.budget {
                     b.take(payload.len());
                 }
+                self.deliver_copy(payload);
             }
             self.fence_base += 1;
             self.slots.pop_front();
@@ -249,7 +272,7 @@ impl Assembler {
         }
         // Out-of-order data counts against the receive buffer byte for byte, and against the endpoint's budget.
         let cost = payload.len() + SLOT_COST;
-        if self.readable.len() + self.held_bytes + cost > self.capacity {
+        if self.readable.len + self.held_bytes + cost > self.capacity {
             return Arrival::BeyondWindow;
         }
         if self.budget.as_ref().is_some_and(|b| !b.try_take(cost)) {
@@ -267,6 +290,7 @@ impl Assembler {
             Slot::Data(held)
         };
         self.held += 1;
+        self.note_buffers_in_use();
         self.set_held_bit(seq);
         Arrival::OutOfOrder
     }
@@ -298,34 +322,33 @@ impl Assembler {
     }
 
     fn drain_contiguous(&mut self) {
+        // Slot costs freed by this drain, given back to the budget in one update: a repair
+        // under steady loss drains hundreds of packets, and one atomic update each was a
+        // twentieth of a simulated lossy transfer.
+        let mut freed = 0;
         while let Some(front) = self.slots.front() {
             match front {
                 Slot::Missing => break,
                 Slot::Data(_) => {
-                    if let Some(Slot::Data(mut bytes)) = self.slots.pop_front() {
-                        self.readable.extend(&bytes);
+                    if let Some(Slot::Data(bytes)) = self.slots.pop_front() {
                         // The payload stays charged, now as readable; the slot's cost is freed.
                         self.held_bytes -= bytes.len() + SLOT_COST;
-                        if let Some(b) = &self.budget {
-                            b.give(SLOT_COST);
-                        }
-                        // A buffer is made only when `held` grows, so spares and held
-                        // packets together never number more than the most held at once.
-                        bytes.clear();
-                        self.spare.push(bytes);
+                        freed += SLOT_COST;
+                        self.deliver_owned(bytes);
                     }
                 }
                 Slot::Fin => {
                     self.slots.pop_front();
                     self.finished = true;
                     self.held_bytes -= SLOT_COST;
-                    if let Some(b) = &self.budget {
-                        b.give(SLOT_COST);
-                    }
+                    freed += SLOT_COST;
                 }
             }
             self.held -= 1;
             self.fence_base += 1;
+        }
+        if let Some(b) = self.budget.as_ref().filter(|_| freed > 0) {
+            b.give(freed);
         }
         // Words wholly below the fence base are history.
         while !self.held_bits.is_empty() && (self.first_word + 1) * 64 <= self.fence_base {
@@ -334,8 +357,60 @@ impl Assembler {
         }
         if self.held == 0 {
             self.held_bits.clear();
-            // No holes: the next out-of-order packet may be long in coming.
-            self.spare.clear();
+        }
+    }
+
+    /// Appends an in-order payload to the readable bytes: into the last buffer if it has
+    /// room, else into a buffer of its own.
+    fn deliver_copy(&mut self, payload: &[u8]) {
+        if payload.is_empty() {
+            return;
+        }
+        self.readable.len += payload.len();
+        if let Some(last) = self.readable.chunks.back_mut().filter(|last| last.capacity() - last.len() >= payload.len()) {
+            last.extend_from_slice(payload);
+            return;
+        }
+        let mut chunk = self.spare.pop().unwrap_or_else(|| Vec::with_capacity(self.max_payload.max(payload.len())));
+        chunk.extend_from_slice(payload);
+        self.readable.chunks.push_back(chunk);
+        self.note_buffers_in_use();
+    }
+
+    fn buffers_in_use(&self) -> usize {
+        self.held as usize + self.readable.chunks.len()
+    }
+
+    fn note_buffers_in_use(&mut self) {
+        self.buffers_peak = self.buffers_peak.max(self.buffers_in_use());
+    }
+
+    /// Appends a payload that was held out of order, keeping its buffer (copied only when
+    /// it is small enough to share the last one).
+    fn deliver_owned(&mut self, bytes: Vec<u8>) {
+        if bytes.is_empty() {
+            self.recycle(bytes);
+            return;
+        }
+        self.readable.len += bytes.len();
+        if let Some(last) = self.readable.chunks.back_mut().filter(|last| last.capacity() - last.len() >= bytes.len()) {
+            last.extend_from_slice(&bytes);
+            self.recycle(bytes);
+            return;
+        }
+        // Moved from held to readable: no more buffers in use than before.
+        self.readable.chunks.push_back(bytes);
+    }
+
+    /// Keeps an emptied buffer for the next payloads while spares and buffers in use number
+    /// fewer than the most in use at once: a receiver's next round of packets needs about
+    /// as many as its last (a fast reader hands back some 50 per 64 KiB read, and with
+    /// fewer kept each read freed buffers that the next packets allocated again, a fifth
+    /// of the loopback rate).
+    fn recycle(&mut self, mut bytes: Vec<u8>) {
+        if self.spare.len() + self.buffers_in_use() < self.buffers_peak {
+            bytes.clear();
+            self.spare.push(bytes);
         }
     }
 
@@ -348,19 +423,30 @@ impl Assembler {
         })
     }
 
-    /// Hands up to `max` readable bytes to `consume` where they lie (one or two slices,
-    /// in order, none empty), then lets them go; returns how many.
+    /// Hands up to `max` readable bytes to `consume` where they lie (in order, as one
+    /// slice per buffer they arrived in, none empty), then lets them go; returns how many.
     pub fn read_with(&mut self, max: usize, mut consume: impl FnMut(&[u8])) -> usize {
-        let n = max.min(self.readable.len());
-        let (a, b) = self.readable.as_slices();
-        let first = n.min(a.len());
-        if first > 0 {
-            consume(&a[..first]);
+        let n = max.min(self.readable.len);
+        let mut left = n;
+        while left > 0 {
+            let Some(front) = self.readable.chunks.front() else {
+                debug_assert!(false, "the readable count ran past its buffers");
+                break;
+            };
+            let piece = &front[self.readable.read..];
+            let take = piece.len().min(left);
+            consume(&piece[..take]);
+            left -= take;
+            if take == piece.len() {
+                self.readable.read = 0;
+                if let Some(done) = self.readable.chunks.pop_front() {
+                    self.recycle(done);
+                }
+            } else {
+                self.readable.read += take;
+            }
         }
-        if n > first {
-            consume(&b[..n - first]);
-        }
-        self.readable.drain(..n);
+        self.readable.len -= n;
         if let Some(b) = &self.budget {
             b.give(n);
         }
@@ -411,7 +497,7 @@ impl Assembler {
 impl Drop for Assembler {
     fn drop(&mut self) {
         if let Some(b) = &self.budget {
-            b.give(self.readable.len() + self.held_bytes);
+            b.give(self.readable.len + self.held_bytes);
         }
     }
 }
@@ -426,38 +512,63 @@ mod tests {
         out
     }
 
-    /// The readable bytes are a ring: once it has wrapped, `read_with` hands them out as two
-    /// pieces, in order, and `read` (built on it) copies both.
+    /// The readable bytes lie in the buffers their packets arrived in: `read_with` hands
+    /// them out in stream order, a slice per buffer, across partial reads, whether each
+    /// packet came in order or was held behind a hole; `read` (built on it) copies them all.
     #[test]
-    fn read_with_hands_out_both_pieces_of_a_wrapped_buffer_in_order() {
+    fn read_with_hands_out_the_stream_in_order_across_buffers() {
         let mut a = Assembler::new(1 << 20, 100);
-        let stream: Vec<u8> = (0..=255u8).cycle().take(10_000).collect();
-        let mut seq = 0;
-        let mut sent = 0;
+        let stream: Vec<u8> = (0..=255u8).cycle().take(20_000).collect();
+        // Packets of 100 bytes, then of 7 (small ones share a buffer), in rounds of 8 where
+        // every third packet arrives last (its successors are held until it does).
+        let mut packets = Vec::new();
+        let mut at = 0;
+        while at < stream.len() {
+            let len = if at < 10_000 { 100 } else { 7 };
+            let end = (at + len).min(stream.len());
+            packets.push(at..end);
+            at = end;
+        }
         let mut got = Vec::new();
-        let mut pieces_seen = 0;
-        // Fill, read most of it, fill again: the ring's head moves on and the data wraps.
-        for round in 0..20 {
-            for _ in 0..5 {
-                let end = (sent + 100).min(stream.len());
-                a.insert(seq, &stream[sent..end], false);
-                seq += 1;
-                sent = end;
+        let mut most_pieces = 0;
+        for (round, seqs) in (0..packets.len()).collect::<Vec<_>>().chunks(8).enumerate() {
+            let late: Vec<usize> = seqs.iter().copied().filter(|s| s % 3 == 0).collect();
+            for &seq in seqs.iter().filter(|s| *s % 3 != 0).chain(&late) {
+                assert!(a.insert(seq as u64, &stream[packets[seq].clone()], false).is_new());
             }
+            let before = a.readable_len();
             let mut pieces = 0;
-            let n = a.read_with(if round % 2 == 0 { 450 } else { usize::MAX }, |piece| {
+            let max = [250, 1, usize::MAX][round % 3];
+            let n = a.read_with(max, |piece| {
                 assert!(!piece.is_empty());
                 got.extend_from_slice(piece);
                 pieces += 1;
             });
-            assert!(pieces <= 2 && (n > 0) == (pieces > 0), "{pieces} pieces for {n} bytes");
-            pieces_seen = pieces_seen.max(pieces);
+            assert_eq!(n, max.min(before));
+            assert_eq!(a.readable_len(), before - n);
+            most_pieces = most_pieces.max(pieces);
         }
-        let mut rest = vec![0; 1000];
+        let mut rest = vec![0; 30_000];
         let n = a.read(&mut rest);
         got.extend_from_slice(&rest[..n]);
         assert_eq!(got, stream);
-        assert_eq!(pieces_seen, 2, "the ring never wrapped: the test does not test the second piece");
+        assert!(most_pieces > 2, "a read spanned {most_pieces} buffers at most: the test does not cross buffers");
+        assert_eq!(a.buffered_bytes(), 0);
+    }
+
+    /// Small in-order payloads share a buffer instead of taking one each, so a backlog of
+    /// tiny packets holds little more memory than its bytes.
+    #[test]
+    fn small_payloads_share_a_buffer() {
+        let mut a = Assembler::new(1 << 20, 1000);
+        for seq in 0..1000u64 {
+            assert_eq!(a.insert(seq, &[seq as u8; 10], false), Arrival::InOrder);
+        }
+        assert_eq!(a.readable_len(), 10_000);
+        assert!(a.readable.chunks.len() <= 11, "{} buffers for 10,000 bytes", a.readable.chunks.len());
+        let mut all = vec![0; 10_000];
+        assert_eq!(a.read(&mut all), 10_000);
+        assert!(all.chunks(10).enumerate().all(|(i, c)| c.iter().all(|&b| b == i as u8)));
     }
 
     #[test]
@@ -485,28 +596,59 @@ mod tests {
     }
 
     #[test]
-    fn delivered_payload_buffers_serve_the_next_held_packets_until_the_holes_close() {
+    fn held_buffers_go_to_the_reader_uncopied_and_come_back_for_the_next_packets() {
         let mut a = Assembler::new(1 << 20, 100);
-        let payload = |seq: u64| vec![seq as u8; 1 + seq as usize % 7];
+        let payload = |seq: u64| vec![seq as u8; 100];
         // Holes at 0 and 5; 1-4 and 6-9 held.
         for seq in (1..5).chain(6..10) {
             assert_eq!(a.insert(seq, &payload(seq), false), Arrival::OutOfOrder);
         }
+        let held_at: Vec<*const u8> = (1..5).map(|i| match &a.slots[i] {
+            Slot::Data(bytes) => bytes.as_ptr(),
+            other => panic!("slot {i}: {other:?}"),
+        }).collect();
         assert!(a.spare.is_empty());
         assert_eq!(a.insert(0, &payload(0), false), Arrival::InOrder);
-        // 1-4 went to the reader; their buffers wait for the next held packets.
-        assert_eq!(a.spare.len(), 4);
+        // 1-4 went to the reader in their own buffers, not copied.
+        let readable_at: Vec<*const u8> = a.readable.chunks.iter().skip(1).map(|c| c.as_ptr()).collect();
+        assert_eq!(readable_at, held_at);
+        let mut got = vec![0; 2000];
+        assert_eq!(a.read(&mut got), 500);
+        // Read, their buffers wait for the next packets.
+        assert_eq!(a.spare.len(), 5);
         assert_eq!(a.insert(11, &payload(11), false), Arrival::OutOfOrder);
-        assert_eq!(a.spare.len(), 3, "a held packet takes a spare rather than a new buffer");
-        // The last holes close: nothing is held, the spares go.
+        assert_eq!(a.spare.len(), 4, "a held packet takes a spare rather than a new buffer");
         assert_eq!(a.insert(5, &payload(5), false), Arrival::InOrder);
         assert_eq!(a.insert(10, &payload(10), false), Arrival::InOrder);
         assert!(!a.has_holes());
-        assert!(a.spare.is_empty());
-        let mut got = vec![0; 200];
         let n = a.read(&mut got);
-        let want: Vec<u8> = (0..12).flat_map(payload).collect();
+        let want: Vec<u8> = (5..12).flat_map(payload).collect();
         assert_eq!(&got[..n], &want[..], "a reused buffer carries only its own packet's bytes");
+        // 200 held at once: once read, their buffers wait for the next round; spares and
+        // buffers in use never outnumber the most in use at once.
+        for seq in 13..213 {
+            assert_eq!(a.insert(seq, &payload(seq), false), Arrival::OutOfOrder);
+        }
+        assert_eq!(a.insert(12, &payload(12), false), Arrival::InOrder);
+        assert_eq!(a.buffers_peak, 201);
+        let mut all = vec![0; 100 * 201];
+        assert_eq!(a.read(&mut all), all.len());
+        assert_eq!(a.spare.len(), 201);
+        for seq in 213..413 {
+            a.insert(seq, &payload(seq), false);
+            assert!(a.spare.len() + a.buffers_in_use() <= 201);
+            if seq % 7 == 0 {
+                a.read(&mut all);
+            }
+        }
+        assert_eq!(a.buffers_peak, 201, "a round no larger than the last takes no new buffers");
+        // Lingering, it lets them go.
+        a.read(&mut all);
+        a.shrink_to_fit();
+        assert!(a.spare.is_empty());
+        assert_eq!(a.insert(413, &payload(413), false), Arrival::InOrder);
+        a.read(&mut all);
+        assert_eq!(a.spare.len(), 1, "after shrinking, spares count from what is used again");
     }
 
     #[test]

@@ -1217,7 +1217,8 @@ impl Connection {
     }
 
     /// Reads up to `max` buffered bytes in order without copying them: `consume` sees them
-    /// where they lie, as one or two slices (the buffer is a ring), and they are gone after.
+    /// where they lie, in order, a slice for each buffer they arrived in (about one per
+    /// packet), and they are gone after.
     /// Returns like [`Connection::read`].
     pub fn read_with(&mut self, max: usize, consume: impl FnMut(&[u8])) -> Result<usize, ReadError> {
         let n = self.assembler.read_with(max, consume);

@@ -111,8 +111,9 @@ pub trait ServerApp: Send {
 
 /// Regenerates what the receiving application must see, to catch a wrong byte the moment it is read.
 pub enum Verifier {
-    /// The bulk stream, regenerated from the client's seed in the same 64 KiB chunks.
-    Bulk { pattern: BulkPattern, chunk: Vec<u8>, pos: usize, offset: u64 },
+    /// The bulk stream, regenerated from the client's seed; `offset` is the stream offset of
+    /// the next byte to be read.
+    Bulk { pattern: BulkPattern, offset: u64 },
     /// Echo: the bytes the client sent and has not yet had back.
     Echo { unechoed: VecDeque<u8> },
 }
@@ -122,23 +123,9 @@ impl Verifier {
     pub fn check(&mut self, got: &[u8]) -> u64 {
         let mut wrong = 0u64;
         match self {
-            Verifier::Bulk { pattern, chunk, pos, offset } => {
-                let mut rest = got;
-                while !rest.is_empty() {
-                    if *pos == chunk.len() {
-                        *offset = offset.wrapping_add(chunk.len() as u64);
-                        pattern.fill(*offset, chunk);
-                        *pos = 0;
-                    }
-                    let n = rest.len().min(chunk.len() - *pos);
-                    let (got, expected) = (&rest[..n], &chunk[*pos..*pos + n]);
-                    // Compare whole slices first (memcmp); count differing bytes only on a mismatch.
-                    if got != expected {
-                        wrong += got.iter().zip(expected).filter(|(a, b)| a != b).count() as u64;
-                    }
-                    *pos += n;
-                    rest = &rest[n..];
-                }
+            Verifier::Bulk { pattern, offset } => {
+                wrong = pattern.count_wrong(*offset, got);
+                *offset += got.len() as u64;
             }
             Verifier::Echo { unechoed } => {
                 for &b in got {
@@ -161,7 +148,7 @@ pub fn build(workload: &Workload, start: Instant, app_seed: u64) -> Built {
         Workload::Bulk { bytes, duration } => {
             // The bulk stream: the sender writes it, the verifier regenerates it.
             let pattern = BulkPattern::new(app_seed);
-            let verifier = Verifier::Bulk { pattern: pattern.clone(), chunk: vec![0; CHUNK], pos: CHUNK, offset: 0u64.wrapping_sub(CHUNK as u64) };
+            let verifier = Verifier::Bulk { pattern: pattern.clone(), offset: 0 };
             let digests = StreamDigests::none();
             let client = BulkSender { remaining: bytes, write_until: duration.map(|d| start + d), written: 0, pattern: Arc::new(pattern), closed: false };
             let expected = if duration.is_some() { 0 } else { bytes };
@@ -169,7 +156,7 @@ pub fn build(workload: &Workload, start: Instant, app_seed: u64) -> Built {
         }
         Workload::Stream { message_bytes, interval, duration } => {
             let pattern = BulkPattern::new(app_seed);
-            let verifier = Verifier::Bulk { pattern: pattern.clone(), chunk: vec![0; CHUNK], pos: CHUNK, offset: 0u64.wrapping_sub(CHUNK as u64) };
+            let verifier = Verifier::Bulk { pattern: pattern.clone(), offset: 0 };
             let digests = StreamDigests::none();
             let count = (duration.total_micros() / interval.total_micros()).max(1);
             let client = StreamSender {

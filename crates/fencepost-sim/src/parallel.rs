@@ -666,6 +666,7 @@ impl<'a> Side<'a> {
     /// As [`Simulation::deliver`], for the channels that lead to this side's hosts.
     fn deliver(&mut self, now: Instant) {
         let t = now.total_micros();
+        // Repeat while packets were put into links (see `Simulation::deliver`).
         loop {
             let mut moved = false;
             for c in 0..self.hosts.len() {
@@ -679,11 +680,10 @@ impl<'a> Side<'a> {
                     // other side is still sending into it: taken off without running it on.
                     let delivery = if late { channel.link.poll_arrival(t) } else { channel.link.poll_delivery(t) };
                     let Some(delivery) = delivery else { break };
-                    moved = true;
                     if delivery.corrupt.is_some() {
                         continue;
                     }
-                    self.arrive(now, delivery.packet);
+                    moved |= self.arrive(now, delivery.packet);
                 }
             }
             if !moved {
@@ -693,7 +693,8 @@ impl<'a> Side<'a> {
     }
 
     /// A packet reached a host of this side: on along its path, or into its endpoint.
-    fn arrive(&mut self, now: Instant, mut packet: InTransit) {
+    /// Whether a packet went into a link (forwarded, or an answer).
+    fn arrive(&mut self, now: Instant, mut packet: InTransit) -> bool {
         let t = now.total_micros();
         let spec = match &self.ends {
             Ends::Clients(ends) => ends[packet.flow as usize].spec,
@@ -705,8 +706,9 @@ impl<'a> Side<'a> {
             packet.hop = next as u16;
             let size = packet.len + self.header_overhead;
             Self::send_into(&mut self.channels, &mut self.sent, channel_index(hop), t, packet, size);
-            return;
+            return true;
         }
+        let mut answered = false;
         match &mut self.ends {
             Ends::Servers(ends) => {
                 let end = &mut ends[packet.flow as usize];
@@ -714,6 +716,7 @@ impl<'a> Side<'a> {
                 if let Some(response) = serve_datagram(now, end.endpoint, end.conn, &mut packet, &mut self.buf, &mut self.pool, self.datagram_room) {
                     let size = response.len + self.header_overhead;
                     Self::send_into(&mut self.channels, &mut self.sent, channel_index(end.spec.return_path[0]), t, response, size);
+                    answered = true;
                 }
             }
             Ends::Clients(ends) => {
@@ -723,6 +726,7 @@ impl<'a> Side<'a> {
             }
         }
         self.pool.push(packet.datagram);
+        answered
     }
 
     /// Puts a packet into channel `c`, which leaves a host of this side: now if this side
@@ -741,12 +745,8 @@ impl<'a> Side<'a> {
         let (pool, room, channels, sent) = (&mut self.pool, self.datagram_room, &mut self.channels, &mut self.sent);
         let mut send = |index: usize, to_server: bool, endpoint: &mut Endpoint<u8>, path: &[fencepost_spec::Hop]| {
             let first = channel_index(path[0]);
-            loop {
-                let mut datagram = Simulation::pooled(pool, room);
-                let Some((_, transmit)) = endpoint.poll_transmit(now, &mut datagram) else {
-                    pool.push(datagram);
-                    break;
-                };
+            while let Some((_, transmit)) = endpoint.poll_transmit(now, Simulation::next_buffer(pool, room)) {
+                let datagram = pool.pop().expect("next_buffer left it on top");
                 let packet = InTransit { flow: index as u32, to_server, hop: 0, datagram, len: transmit.size };
                 Self::send_into(channels, sent, first, t, packet, transmit.size + overhead);
             }

@@ -58,6 +58,44 @@ impl BulkPattern {
         let len = rest.len();
         rest.copy_from_slice(&self.word_at(index).to_le_bytes()[..len]);
     }
+
+    /// How many bytes of `got` differ from the stream's bytes from `offset`. The stream is
+    /// generated and compared a word at a time and never written out: filling a buffer to
+    /// compare against cost the simulator a store, a load and a `memcmp` per byte received.
+    pub fn count_wrong(&self, offset: u64, got: &[u8]) -> u64 {
+        fn differing(got: &[u8], expected: &[u8]) -> u64 {
+            got.iter().zip(expected).filter(|(a, b)| a != b).count() as u64
+        }
+        let mut index = offset / 8;
+        let skip = (offset % 8) as usize;
+        let mut wrong = 0;
+        let mut rest = got;
+        if skip != 0 {
+            let n = (8 - skip).min(rest.len());
+            wrong += differing(&rest[..n], &self.word_at(index).to_le_bytes()[skip..skip + n]);
+            rest = &rest[n..];
+            index += 1;
+        }
+        while rest.len() >= 8 {
+            let first = (index % Self::WORDS as u64) as usize;
+            let run = (Self::WORDS - first).min(rest.len() / 8);
+            let mask = Self::repetition_mask(index / Self::WORDS as u64);
+            let (words, tail) = rest.split_at(run * 8);
+            let block = &self.block[first..first + run];
+            let word = |bytes: &[u8]| u64::from_le_bytes(bytes.try_into().expect("chunks of 8"));
+            // Any difference in the run first (no branch per word); bytes are counted only then.
+            let differs = words.chunks_exact(8).zip(block).fold(0, |acc, (got, &expected)| acc | (word(got) ^ expected ^ mask));
+            if differs != 0 {
+                wrong += words.chunks_exact(8).zip(block).map(|(got, &expected)| differing(got, &(expected ^ mask).to_le_bytes())).sum::<u64>();
+            }
+            index += run as u64;
+            rest = tail;
+        }
+        if !rest.is_empty() {
+            wrong += differing(rest, &self.word_at(index).to_le_bytes()[..rest.len()]);
+        }
+        wrong
+    }
 }
 
 /// The bulk sender writes the stream as bytes its connection makes into each packet.
@@ -90,5 +128,29 @@ mod tests {
         // The block repeats every 64 KiB but the position mix does not.
         assert_ne!(&whole[..65_536], &whole[65_536..131_072]);
         assert_ne!(BulkPattern::new(8).block, p.block);
+    }
+
+    #[test]
+    fn counts_the_bytes_that_differ_from_the_stream() {
+        let p = BulkPattern::new(3);
+        let mut whole = vec![0u8; 3 * 65_536];
+        p.fill(0, &mut whole);
+        // Aligned or not, short or across a repetition of the block: nothing wrong.
+        for (start, len) in [(0, whole.len()), (5, 3), (65_530, 70_001), (13, 0), (1_001, 1_200)] {
+            assert_eq!(p.count_wrong(start as u64, &whole[start..start + len]), 0, "{start}+{len}");
+        }
+        // Damage in the leading partial word, in whole words, and in the tail.
+        let mut got = whole[3..70_010].to_vec();
+        got[0] ^= 1;
+        got[4] ^= 0x80;
+        got[20_000] = got[20_000].wrapping_add(1);
+        got[20_001] = got[20_001].wrapping_add(1);
+        got[65_540] ^= 0xff;
+        let last = got.len() - 1;
+        got[last] ^= 2;
+        assert_eq!(p.count_wrong(3, &got), 6);
+        // The same bytes at the wrong place in the stream are wrong.
+        assert!(p.count_wrong(8, &whole[..4096]) > 4000);
+        assert!(p.count_wrong(65_536, &whole[..4096]) > 4000, "the next repetition of the block differs");
     }
 }
