@@ -285,8 +285,15 @@ impl Assembler {
         self.slots[offset] = if fin {
             Slot::Fin
         } else {
-            let mut held = self.spare.pop().unwrap_or_else(|| Vec::with_capacity(self.max_payload));
-            held.extend_from_slice(payload);
+            // A small payload gets a buffer of its own size: in one of full size, a peer
+            // sending tiny packets behind a hole would hold far more memory than it is charged.
+            let held = if payload.len() < self.max_payload / 2 {
+                payload.to_vec()
+            } else {
+                let mut held = self.spare.pop().unwrap_or_else(|| Vec::with_capacity(self.max_payload));
+                held.extend_from_slice(payload);
+                held
+            };
             Slot::Data(held)
         };
         self.held += 1;
@@ -408,7 +415,8 @@ impl Assembler {
     /// fewer kept each read freed buffers that the next packets allocated again, a fifth
     /// of the loopback rate).
     fn recycle(&mut self, mut bytes: Vec<u8>) {
-        if self.spare.len() + self.buffers_in_use() < self.buffers_peak {
+        // Only full-sized buffers: a small one would be grown again by the next payload.
+        if bytes.capacity() >= self.max_payload && self.spare.len() + self.buffers_in_use() < self.buffers_peak {
             bytes.clear();
             self.spare.push(bytes);
         }
@@ -554,6 +562,24 @@ mod tests {
         assert_eq!(got, stream);
         assert!(most_pieces > 2, "a read spanned {most_pieces} buffers at most: the test does not cross buffers");
         assert_eq!(a.buffered_bytes(), 0);
+    }
+
+    /// Tiny packets held behind a hole take buffers of their own size, not full-sized
+    /// ones: the memory they hold stays within what they are charged.
+    #[test]
+    fn tiny_held_payloads_hold_no_more_memory_than_charged() {
+        let mut a = Assembler::new(1 << 20, 1400);
+        for seq in 1..=500u64 {
+            assert_eq!(a.insert(seq, &[7u8; 3], false), Arrival::OutOfOrder);
+        }
+        let memory: usize = a.slots.iter().map(|slot| if let Slot::Data(bytes) = slot { bytes.capacity() } else { 0 }).sum();
+        assert!(memory <= 500 * 3 * 2, "{memory} bytes of buffers for 1,500 bytes held");
+        assert_eq!(a.buffered_bytes(), 500 * (3 + SLOT_COST));
+        assert_eq!(a.insert(0, &[7u8; 3], false), Arrival::InOrder);
+        let mut all = vec![0; 10_000];
+        assert_eq!(a.read(&mut all), 1503);
+        assert!(all[..1503].iter().all(|&b| b == 7));
+        assert!(a.spare.iter().all(|b| b.capacity() >= 1400), "small buffers are not kept as spares");
     }
 
     /// Small in-order payloads share a buffer instead of taking one each, so a backlog of
