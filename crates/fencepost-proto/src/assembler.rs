@@ -393,8 +393,13 @@ impl Assembler {
     }
 
     /// Appends a payload that was held out of order, keeping its buffer (copied only when
-    /// it is small enough to share the last one).
+    /// it is small enough to share the last one, or was held in a small buffer of its own:
+    /// a run of those kept as they are would cost a buffer's overhead per tiny payload).
     fn deliver_owned(&mut self, bytes: Vec<u8>) {
+        if bytes.capacity() < self.max_payload {
+            self.deliver_copy(&bytes);
+            return;
+        }
         if bytes.is_empty() {
             self.recycle(bytes);
             return;
@@ -576,6 +581,7 @@ mod tests {
         assert!(memory <= 500 * 3 * 2, "{memory} bytes of buffers for 1,500 bytes held");
         assert_eq!(a.buffered_bytes(), 500 * (3 + SLOT_COST));
         assert_eq!(a.insert(0, &[7u8; 3], false), Arrival::InOrder);
+        assert!(a.readable.chunks.len() <= 2, "{} buffers for 1,503 readable bytes", a.readable.chunks.len());
         let mut all = vec![0; 10_000];
         assert_eq!(a.read(&mut all), 1503);
         assert!(all[..1503].iter().all(|&b| b == 7));
