@@ -374,8 +374,10 @@ impl Assembler {
             return;
         }
         self.readable.len += payload.len();
-        if let Some(last) = self.readable.chunks.back_mut().filter(|last| last.capacity() - last.len() >= payload.len()) {
-            last.extend_from_slice(payload);
+        if self.room_in_last(payload.len()) {
+            if let Some(last) = self.readable.chunks.back_mut() {
+                last.extend_from_slice(payload);
+            }
             return;
         }
         let mut chunk = self.spare.pop().unwrap_or_else(|| Vec::with_capacity(self.max_payload.max(payload.len())));
@@ -396,22 +398,19 @@ impl Assembler {
     /// it is small enough to share the last one, or was held in a small buffer of its own:
     /// a run of those kept as they are would cost a buffer's overhead per tiny payload).
     fn deliver_owned(&mut self, bytes: Vec<u8>) {
-        if bytes.capacity() < self.max_payload {
+        if bytes.is_empty() || bytes.capacity() < self.max_payload || self.room_in_last(bytes.len()) {
             self.deliver_copy(&bytes);
-            return;
-        }
-        if bytes.is_empty() {
-            self.recycle(bytes);
-            return;
-        }
-        self.readable.len += bytes.len();
-        if let Some(last) = self.readable.chunks.back_mut().filter(|last| last.capacity() - last.len() >= bytes.len()) {
-            last.extend_from_slice(&bytes);
             self.recycle(bytes);
             return;
         }
         // Moved from held to readable: no more buffers in use than before.
+        self.readable.len += bytes.len();
         self.readable.chunks.push_back(bytes);
+    }
+
+    /// Whether the last readable buffer has room for `len` more bytes.
+    fn room_in_last(&self, len: usize) -> bool {
+        self.readable.chunks.back().is_some_and(|last| last.capacity() - last.len() >= len)
     }
 
     /// Keeps an emptied buffer for the next payloads while spares and buffers in use number
