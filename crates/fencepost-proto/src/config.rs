@@ -96,6 +96,8 @@ pub struct TransportConfig {
     pub time_threshold: f64,
     pub initial_rtt: Duration,
     pub min_rto: Duration,
+    /// Bounds what the RTT variance adds to the retransmission timeout; never the round
+    /// trip itself (see `RttEstimator::rto`).
     pub max_rto: Duration,
     /// No packet from the peer for this long ends the connection with a timeout error.
     pub idle_timeout: Duration,

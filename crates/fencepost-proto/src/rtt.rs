@@ -62,9 +62,20 @@ impl RttEstimator {
 
     /// RFC 6298 (2.4): RTO <- SRTT + max(G, K*RTTVAR), K = 4, plus the peer's
     /// maximum ack delay (the peer may hold an ack that long), clamped to bounds.
+    ///
+    /// `max_rto` bounds what the variance adds, never the round trip itself: a timeout
+    /// shorter than the path's RTT fires before any ack can come, every time. On a slow
+    /// link a queued packet alone takes seconds (1.2 s for 1.5 kB at 10 kbit/s), and with
+    /// the default 4 s bound every timeout of a 100 kB transfer at 10 kbit/s was spurious
+    /// (42 packets sent twice, their RTT 27 s on average behind a queue the timeouts
+    /// themselves filled). So the bound is at least a quarter more than the larger of the
+    /// smoothed and the latest sample, plus the peer's ack delay.
     pub fn rto(&self, max_ack_delay: Duration, min_rto: Duration, max_rto: Duration) -> Duration {
-        let base = self.get() + GRANULARITY.max(self.var.saturating_mul(4)) + max_ack_delay;
-        base.max(min_rto).min(max_rto)
+        let srtt = self.get();
+        let base = srtt + GRANULARITY.max(self.var.saturating_mul(4)) + max_ack_delay;
+        let round_trip = if self.has_sample() { srtt.max(self.latest) } else { srtt };
+        let ceiling = max_rto.max(round_trip + round_trip / 4 + max_ack_delay);
+        base.max(min_rto).min(ceiling)
     }
 }
 
@@ -158,5 +169,30 @@ mod tests {
         assert_eq!(rto, Duration::from_millis(150));
         let clamped = rtt.rto(Duration::ZERO, Duration::from_millis(200), Duration::from_secs(4));
         assert_eq!(clamped, Duration::from_millis(200));
+    }
+
+    #[test]
+    fn the_bound_caps_the_variance_never_the_round_trip() {
+        let max_rto = Duration::from_secs(4);
+        // A short round trip with a wild variance: the bound holds.
+        let mut jittery = RttEstimator::new(Duration::from_millis(100));
+        jittery.update(Duration::from_millis(100));
+        jittery.update(Duration::from_secs(3));
+        jittery.update(Duration::from_secs(3));
+        // SRTT 780 ms, RTTVAR 1.2 s: 5.6 s unbounded.
+        assert!(jittery.get() < Duration::from_secs(1));
+        assert!(jittery.var() > Duration::from_secs(1));
+        assert_eq!(jittery.rto(Duration::from_millis(5), Duration::from_millis(50), max_rto), max_rto);
+        // Round trips of 10-12 s (a queue on a 10 kbit/s link): a quarter more than the
+        // larger of the smoothed and the latest, plus the ack delay.
+        let mut slow = RttEstimator::new(Duration::from_millis(100));
+        slow.update(Duration::from_secs(10));
+        slow.update(Duration::from_secs(12));
+        assert_eq!(slow.get(), Duration::from_millis(10_250));
+        assert_eq!(slow.rto(Duration::from_millis(5), Duration::from_millis(50), max_rto), Duration::from_millis(15_005));
+        // The larger is the smoothed one once the samples fall again.
+        slow.update(Duration::from_secs(2));
+        assert_eq!(slow.get(), Duration::from_micros(9_218_750));
+        assert_eq!(slow.rto(Duration::ZERO, Duration::from_millis(50), max_rto), Duration::from_micros(11_523_437));
     }
 }
