@@ -267,6 +267,9 @@ enum Secure {
 
 /// Retries a client follows before it stops taking tokens (a server asks once; more are an attacker's).
 const MAX_RETRIES: u32 = 4;
+/// A client keeps the timestamps of its first this many Initials, and of its latest this
+/// many, to recognise the one an answer echoes (see `emit_handshake`).
+const SENT_TIMESTAMPS_KEPT: usize = 32;
 /// Different Initials a server answers for one connection before the client confirms:
 /// a copy with its first message changed can race the real one (pattern NX does not
 /// authenticate that message), and the real one must still win; beyond this, the
@@ -2029,9 +2032,14 @@ impl Connection {
     fn emit_handshake(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         let timestamp = self.timestamp(now);
         if let Secure::Client { sent_timestamps, .. } = &mut self.secure {
-            // The Accept's echo must be one of these (the last few Initials').
-            if sent_timestamps.len() == 8 {
-                sent_timestamps.remove(0);
+            // The Accept's echo must be one of these: the first Initials' and the latest
+            // ones'. Keeping only the last eight lost the answered one whenever the answer
+            // took longer than a few repeats (three copies every 305 ms before any answer):
+            // on a path with a 2 s round trip the Accept gave no RTT sample, the first data
+            // went out on the initial 100 ms RTT, and four timeouts resent all ten packets of
+            // the first flight four times over (20 kB at 20 kbit/s, 40 retransmissions).
+            if sent_timestamps.len() == 2 * SENT_TIMESTAMPS_KEPT {
+                sent_timestamps.remove(SENT_TIMESTAMPS_KEPT);
             }
             sent_timestamps.push(timestamp);
         }

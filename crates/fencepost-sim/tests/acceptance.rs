@@ -138,6 +138,28 @@ fn a_10_kbit_s_link_gets_no_timeouts_shorter_than_its_round_trip() {
     }
 }
 
+/// Round trips of 1.5 s and more: a client repeats its Initial (in up to three copies)
+/// every 305 ms until an answer comes, and the Accept echoes one of the first. The client
+/// kept only its last eight Initials' timestamps, so it could not recognise that echo: no
+/// RTT sample, the first flight sent on the initial 100 ms RTT, and timeouts resent it
+/// (20 kB at 20 kbit/s over 2 s: 40 retransmissions, 39.4 s; 20 MB at 100 Mbit/s: 30
+/// retransmissions, 3 timeouts). Now neither resends anything on a clean path.
+#[test]
+fn a_long_round_trip_is_measured_by_the_handshake_however_many_initials_it_took() {
+    for (options, most) in [
+        (&[("bytes", "20kB"), ("rate", "20kbit"), ("delay", "1s")], 20.0),
+        (&[("bytes", "20MB"), ("rate", "100mbit"), ("delay", "1s")], 27.0),
+        (&[("bytes", "2MB"), ("rate", "10mbit"), ("delay", "750ms")], 15.5),
+    ] {
+        let report = run(Scenario::from_options(options.iter().copied()).unwrap());
+        assert!(report.integrity_ok && report.status == "ok", "{options:?}: {}", report.to_json());
+        let flow = &report.flows[0];
+        assert_eq!(flow.retransmissions, 0, "{options:?}: {} retransmissions", flow.retransmissions);
+        assert_eq!(flow.retransmission_timeouts, 0, "{options:?}");
+        assert!(flow.duration_s < most, "{options:?}: {:.1} s", flow.duration_s);
+    }
+}
+
 /// Paths whose flight is longer than one ack's bitmap, with a little loss: while a hole
 /// waits a round trip for its retransmission, far acks describe what arrives past the
 /// bitmap, so the sender keeps sending instead of stopping a bitmap's width past the
