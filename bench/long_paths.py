@@ -13,7 +13,6 @@ import statistics
 import sys
 
 import sim_cases
-from fencepost import sim
 
 # (label, options): the queue holds more than any product here, so loss is the path's alone.
 CASES = [
@@ -29,13 +28,10 @@ CASES = [
 def one(job: tuple) -> dict:
     label, options, cc, seed, time = job
     row = {"case": label, "cc": cc, "seed": seed}
-    try:
-        r = sim.run(queue="20MB", time=time, cc=cc, seed=seed, **options)
-    except Exception as exc:  # a run that cannot finish is reported, not averaged in
-        return {**row, "error": str(exc)}
+    r, failed = sim_cases.checked_run(row, queue="20MB", time=time, cc=cc, seed=seed, **options)
+    if failed:
+        return failed
     flow = r.flows[0]
-    if not flow.integrity_ok:
-        return {**row, "error": r.error or "the flow's bytes did not check"}
     return {**row, "goodput_mbps": flow.goodput_bps / 1e6, "retransmission_timeouts": flow.retransmission_timeouts}
 
 

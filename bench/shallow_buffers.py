@@ -13,7 +13,6 @@ the flows' packet phases, so two cases repeat with 0.1 and 0.3 ms of jitter.
 import sys
 
 import sim_cases
-from fencepost import sim
 
 # (label, options): 100 Mbit/s x 20 ms each way is a 500 kB product; 15 kB holds 1.2 ms of it.
 CASES = [
@@ -32,12 +31,9 @@ CASES = [
 def one(job: tuple) -> dict:
     label, options, cc, seed, time = job
     row = {"case": label, "cc": cc, "seed": seed}
-    try:
-        r = sim.run(delay="20ms", time=time, cc=cc, seed=seed, **options)
-    except Exception as exc:  # a run that cannot finish is reported, not averaged in
-        return {**row, "error": str(exc)}
-    if not all(f.integrity_ok for f in r.flows):
-        return {**row, "error": r.error or "a flow's bytes did not check"}
+    r, failed = sim_cases.checked_run(row, delay="20ms", time=time, cc=cc, seed=seed, **options)
+    if failed:
+        return failed
     sent = sum(f.data_packets_sent for f in r.flows)
     resent = sum(f.retransmissions for f in r.flows)
     return {

@@ -6,6 +6,8 @@ import argparse
 import json
 from concurrent.futures import ProcessPoolExecutor
 
+from fencepost import sim
+
 
 def parse(doc: str, time: str, seeds: str) -> tuple:
     """The common options (--cc, --time, --seeds, --workers, --json) with these defaults;
@@ -25,6 +27,19 @@ def parse(doc: str, time: str, seeds: str) -> tuple:
     if not ccs:
         ap.error("--cc: expected controllers separated by commas, e.g. tolerant,bbr")
     return args, ccs, seed_list
+
+
+def checked_run(row: dict, **options) -> tuple:
+    """`sim.run(**options)`: (the report, None), or (None, `row` with the error) when the run
+    could not finish or a flow's bytes did not check. A failed run is reported, never
+    averaged in."""
+    try:
+        report = sim.run(**options)
+    except Exception as exc:
+        return None, {**row, "error": str(exc)}
+    if not all(f.integrity_ok for f in report.flows):
+        return None, {**row, "error": report.error or "a flow's bytes did not check"}
+    return report, None
 
 
 def run(one, cases: list, ccs: list, seeds: list, args) -> list:

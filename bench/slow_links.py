@@ -16,7 +16,6 @@ import statistics
 import sys
 
 import sim_cases
-from fencepost import sim
 
 # (label, options): the default unlimited queue, as a modem or radio link's buffer often is.
 CASES = [
@@ -32,13 +31,10 @@ CASES = [
 def one(job: tuple) -> dict:
     label, options, cc, seed, time = job
     row = {"case": label, "cc": cc, "seed": seed}
-    try:
-        r = sim.run(timeout=time, cc=cc, seed=seed, **options)
-    except Exception as exc:  # a run that cannot finish is reported, not averaged in
-        return {**row, "error": str(exc)}
+    r, failed = sim_cases.checked_run(row, timeout=time, cc=cc, seed=seed, **options)
+    if failed:
+        return failed
     flow = r.flows[0]
-    if not flow.integrity_ok:
-        return {**row, "error": r.error or "the flow's bytes did not check"}
     if flow.status != "ok":
         return {**row, "error": f"{flow.status}: {flow.error or ''}"}
     return {**row, "seconds": flow.duration_s, "retransmissions": flow.retransmissions, "retransmission_timeouts": flow.retransmission_timeouts}

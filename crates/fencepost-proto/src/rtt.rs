@@ -73,7 +73,8 @@ impl RttEstimator {
     pub fn rto(&self, max_ack_delay: Duration, min_rto: Duration, max_rto: Duration) -> Duration {
         let srtt = self.get();
         let base = srtt + GRANULARITY.max(self.var.saturating_mul(4)) + max_ack_delay;
-        let round_trip = if self.has_sample() { srtt.max(self.latest) } else { srtt };
+        // Before a sample both are the initial RTT.
+        let round_trip = srtt.max(self.latest);
         let ceiling = max_rto.max(round_trip + round_trip / 4 + max_ack_delay);
         base.max(min_rto).min(ceiling)
     }
