@@ -1697,6 +1697,7 @@ impl Connection {
                 }
                 if a.transmissions > 1 && echoed_sent.is_some_and(|e| e < a.sent) {
                     spurious += 1;
+                    controller.on_spurious_loss(now, &a.packet);
                     // Not from a far ack: a far-acked packet resent for nothing was most
                     // likely described only by a far ack that was lost (the far acks of a
                     // round are several datagrams, each lost alike), which says nothing

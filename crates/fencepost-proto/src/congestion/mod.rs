@@ -10,7 +10,9 @@
 //! newly acknowledges, [`Controller::on_packet_lost`] for every packet loss
 //! detection then gives up on, [`Controller::on_congestion_event`] once per
 //! recovery episode, and last [`Controller::on_ack_batch`] with the ack's totals
-//! and its delivery-rate sample.
+//! and its delivery-rate sample. [`Controller::on_spurious_loss`] comes, among the
+//! `on_ack` calls, for a packet given up on earlier whose first transmission has now
+//! been acknowledged.
 //!
 //! Controllers come from a [`ControllerConfig`]: the built-in ones by variant,
 //! any other through a [`ControllerFactory`] (how the Python bindings register
@@ -120,6 +122,12 @@ pub trait Controller: fmt::Debug + Send {
 
     /// Loss detection gave up on one transmission (a fence hole, duplicate acks or a timeout).
     fn on_packet_lost(&mut self, now: Instant, packet: &SentPacket) {
+        let _ = (now, packet);
+    }
+
+    /// A packet loss detection gave up on (see [`Controller::on_packet_lost`]) was
+    /// acknowledged after all, in its first transmission: it had been overtaken, not lost.
+    fn on_spurious_loss(&mut self, now: Instant, packet: &SentPacket) {
         let _ = (now, packet);
     }
 
