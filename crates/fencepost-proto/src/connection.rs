@@ -16,7 +16,7 @@ use crate::assembler::{Arrival, Assembler};
 use crate::config::{Arq, FenceWidth, SendPolicy, TransportConfig};
 use crate::congestion::{AckBatch, Controller, DeliveryRateEstimator, RateSample};
 use crate::crypto::{self, AeadProtection, Cipher, ClientHandshake, HandshakeError, Pattern, PublicKey, StaticKey, RESET_TOKEN_LEN};
-use crate::disassembler::{Acked, Disassembler, SegmentState};
+use crate::disassembler::{Acked, Disassembler, LostBy, SegmentState};
 use crate::protection::{PacketProtection, ProtectionConfig};
 use crate::redundancy::{Announcement, NoRedundancy, Redundancy};
 use crate::rtt::{RttEstimator, RttHistory};
@@ -41,6 +41,9 @@ const MAX_HANDSHAKE_COPIES: u32 = 3;
 
 /// The most probes one retransmission timeout sends past the window.
 const MAX_TIMEOUT_PROBES: u64 = 16;
+/// The largest packet threshold loss detection grows to on a path that reorders (a large
+/// window's worth); reordering deeper than it turns the packet threshold off.
+const REORDER_THRESHOLD_MAX: u64 = 1024;
 /// Far acks that may follow one ack: with them an ack describes up to this many more
 /// bitmaps' worth of sequence numbers past its fence base (see [`FarAck`]).
 const MAX_FAR_ACKS: u64 = 3;
@@ -354,6 +357,8 @@ pub struct Connection {
     /// Loss-detection tolerance for reordering; grows when a retransmission proves spurious.
     reorder_threshold: u64,
     time_threshold: f64,
+    /// The path reorders more than [`REORDER_THRESHOLD_MAX`] packets deep: no packet threshold.
+    time_only_loss_detection: bool,
     last_ack_eliciting_sent: Instant,
     last_handshake_sent: Instant,
     handshake_due: bool,
@@ -520,6 +525,7 @@ impl Connection {
             handshake_loss: 0.0,
             reorder_threshold: config.reorder_threshold,
             time_threshold: config.time_threshold,
+            time_only_loss_detection: false,
             last_ack_eliciting_sent: now,
             last_handshake_sent: now,
             handshake_due: true,
@@ -1685,6 +1691,7 @@ impl Connection {
         let mut newly_acked = 0u64;
         let mut spurious = 0u64;
         let mut reordered = false;
+        let mut overtaken_needlessly = false;
         let mut newly_acked_bytes = 0u64;
         {
             let Connection { disassembler, controller, rtt, delivery, .. } = self;
@@ -1702,7 +1709,13 @@ impl Connection {
                     // likely described only by a far ack that was lost (the far acks of a
                     // round are several datagrams, each lost alike), which says nothing
                     // of reordering.
-                    reordered |= is_ack && a.resent_by_threshold;
+                    reordered |= is_ack && a.resent_after != LostBy::Timeout;
+                    // Proof that the packet threshold itself is too small: the ack was written
+                    // on the overtaken transmission's own arrival (or an older one's), not on
+                    // that of a packet sent just before the retransmission and held behind it
+                    // by jitter, which reads as the same proof when the retransmission arrived.
+                    overtaken_needlessly |= is_ack
+                        && matches!(a.resent_after, LostBy::PacketThreshold { overtaken_sent } if echoed_sent.is_some_and(|e| e <= overtaken_sent));
                 }
             };
             disassembler.ack_below(fence_base, echoed_sent, &mut on_acked);
@@ -1726,7 +1739,17 @@ impl Connection {
             // allowed for. Widen both thresholds (as Linux raises tcp_reordering), up to
             // a large window's worth and a couple of round trips. (A spurious timeout
             // says the RTT jumped, not that packets reorder, so it does not count here.)
-            self.reorder_threshold = (self.reorder_threshold * 2).min(1024);
+            // A packet overtaken by the largest threshold's worth of later ones that still
+            // arrived: reordering deeper than any packet threshold, and losses are declared by
+            // time alone from now on (as RACK does once it has seen reordering). The reordering
+            // a path's jitter makes grows with the packet rate, and on a fast path with a few
+            // milliseconds of it every packet overtaken 1,024 deep was resent and the copies
+            // overtaken in turn: 10 ms of jitter and no loss, 30 MB resent up to 27 times over. (Only
+            // the proof above counts here: flows through a shallow shared buffer with 300 µs of
+            // jitter reached the largest threshold on weaker evidence, and without the packet
+            // threshold went on sending into their drops for a round trip longer.)
+            self.time_only_loss_detection |= overtaken_needlessly && self.reorder_threshold >= REORDER_THRESHOLD_MAX;
+            self.reorder_threshold = (self.reorder_threshold * 2).min(REORDER_THRESHOLD_MAX);
             self.time_threshold = (self.time_threshold * 1.5).min(2.0);
         }
 
@@ -1842,7 +1865,10 @@ impl Connection {
         let rtt = self.rtt.get().max(self.rtt.latest());
         let loss_delay = rtt.mul_f64(self.time_threshold).max(Duration::from_millis(1));
         // With repairs on the way, a hole may be rebuilt before the packets that show it are acked.
-        let threshold = self.reorder_threshold.max(self.redundancy.repair_allowance());
+        let threshold = match self.time_only_loss_detection {
+            true => u64::MAX,
+            false => self.reorder_threshold.max(self.redundancy.repair_allowance()),
+        };
         let losses = self.disassembler.detect_losses(now, threshold, loss_delay);
         self.report_losses(now);
         self.timers.put(Timer::LossDetection, losses.next_check);

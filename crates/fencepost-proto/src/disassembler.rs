@@ -36,8 +36,8 @@ struct Segment {
     /// Transmission number of the latest transmission.
     last_tx: u64,
     last_sent: Instant,
-    /// The latest loss was inferred from reordering thresholds (not a timeout).
-    lost_by_threshold: bool,
+    /// How the latest loss was inferred.
+    lost_by: LostBy,
     /// What the sender knew when the latest transmission left (for the congestion controller).
     packet: SentPacket,
 }
@@ -52,7 +52,7 @@ impl Segment {
             transmissions: 0,
             last_tx: 0,
             last_sent: Instant::ZERO,
-            lost_by_threshold: false,
+            lost_by: LostBy::Timeout,
             packet: SentPacket::default(),
         }
     }
@@ -74,6 +74,18 @@ pub struct Losses {
     pub next_check: Option<Instant>,
 }
 
+/// How a packet came to be declared lost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LostBy {
+    /// A retransmission timeout, or (without a fence) duplicate acks.
+    Timeout,
+    /// As many packets sent after it were acknowledged as the reordering threshold allows;
+    /// `overtaken_sent` is when the transmission declared lost had left.
+    PacketThreshold { overtaken_sent: Instant },
+    /// It went unacknowledged for the loss delay while packets sent after it were acknowledged.
+    TimeThreshold,
+}
+
 /// A segment the peer newly acknowledged.
 #[derive(Clone, Copy, Debug)]
 pub struct Acked {
@@ -83,8 +95,8 @@ pub struct Acked {
     /// It was counted in flight (not already presumed lost).
     pub was_in_flight: bool,
     pub transmissions: u32,
-    /// The latest retransmission followed a loss inferred from reordering thresholds.
-    pub resent_by_threshold: bool,
+    /// How the loss that the latest retransmission followed was inferred.
+    pub resent_after: LostBy,
     /// What the sender knew when the acknowledged transmission left.
     pub packet: SentPacket,
 }
@@ -488,7 +500,7 @@ impl Disassembler {
             bytes,
             was_in_flight,
             transmissions: seg.transmissions,
-            resent_by_threshold: seg.lost_by_threshold,
+            resent_after: seg.lost_by,
             packet: seg.packet,
         });
     }
@@ -530,10 +542,11 @@ impl Disassembler {
             }
             let index = (seq - self.seg_base) as usize;
             let sent = self.segments[index].last_sent;
-            if largest - tx >= reorder_threshold || now >= sent + loss_delay {
+            let overtaken = largest - tx >= reorder_threshold;
+            if overtaken || now >= sent + loss_delay {
                 self.tx_order.pop_front();
                 let bytes = self.declare_lost(index);
-                self.segments[index].lost_by_threshold = true;
+                self.segments[index].lost_by = if overtaken { LostBy::PacketThreshold { overtaken_sent: sent } } else { LostBy::TimeThreshold };
                 losses.packets += 1;
                 losses.bytes += bytes;
                 losses.earliest_sent = Some(losses.earliest_sent.map_or(sent, |e: Instant| e.min(sent)));
@@ -548,7 +561,7 @@ impl Disassembler {
     fn declare_lost(&mut self, index: usize) -> u64 {
         let seg = &mut self.segments[index];
         seg.state = SegmentState::Lost;
-        seg.lost_by_threshold = false;
+        seg.lost_by = LostBy::Timeout;
         let bytes = seg.packet.bytes;
         self.newly_lost.push(seg.packet);
         self.bytes_in_flight -= bytes;

@@ -139,6 +139,23 @@ fn loss_in_bursts_costs_what_the_same_loss_spread_evenly_costs() {
     }
 }
 
+/// Jitter reorders packets as deep as the packet rate times its spread: on a link with no
+/// rate limit and 10 ms of jitter each way, that passed the largest packet threshold (1,024)
+/// and kept passing it, so every packet overtaken that far was resent, and the copies were
+/// overtaken in turn: with no loss at all, 30 MB was resent 0.5 to 12 times over. Past that
+/// depth losses are now declared by time alone.
+#[test]
+fn reordering_deeper_than_any_packet_threshold_does_not_resend_the_transfer() {
+    for seed in ["1", "2", "3"] {
+        let options = [("bytes", "30MB"), ("delay", "10ms"), ("jitter", "10ms"), ("jitter-dist", "uniform"), ("seed", seed)];
+        let report = run(Scenario::from_options(options).unwrap());
+        assert!(report.integrity_ok && report.status == "ok", "seed {seed}: {}", report.to_json());
+        let flow = &report.flows[0];
+        let needed = flow.data_packets_sent - flow.retransmissions;
+        assert!(flow.retransmissions * 3 < needed, "seed {seed}: {} resent for {needed} packets of data, none lost", flow.retransmissions);
+    }
+}
+
 /// A 10 kbit/s link with 300 ms each way and 20 % loss: a full-sized packet takes 1.2 s
 /// to cross the bottleneck alone, and round trips grow past 20 s behind the queue. With
 /// the timeout capped at 4 s below such round trips, every one fired before an ack could
