@@ -1691,6 +1691,8 @@ impl Connection {
         let mut newly_acked = 0u64;
         let mut spurious = 0u64;
         let mut reordered = false;
+        // The longest a transmission proved only late took to be acknowledged.
+        let mut late_by = Duration::ZERO;
         let mut overtaken_needlessly = false;
         let mut newly_acked_bytes = 0u64;
         {
@@ -1705,17 +1707,28 @@ impl Connection {
                 if a.transmissions > 1 && echoed_sent.is_some_and(|e| e < a.sent) {
                     spurious += 1;
                     controller.on_spurious_loss(now, &a.packet);
-                    // Not from a far ack: a far-acked packet resent for nothing was most
-                    // likely described only by a far ack that was lost (the far acks of a
-                    // round are several datagrams, each lost alike), which says nothing
-                    // of reordering.
-                    reordered |= is_ack && a.resent_after != LostBy::Timeout;
-                    // Proof that the packet threshold itself is too small: the ack was written
-                    // on the overtaken transmission's own arrival (or an older one's), not on
-                    // that of a packet sent just before the retransmission and held behind it
-                    // by jitter, which reads as the same proof when the retransmission arrived.
-                    overtaken_needlessly |= is_ack
-                        && matches!(a.resent_after, LostBy::PacketThreshold { overtaken_sent } if echoed_sent.is_some_and(|e| e <= overtaken_sent));
+                    // Proof that a threshold itself is too small, that what arrived was the
+                    // transmission a threshold declared lost: the ack came back sooner after
+                    // the retransmission than any round trip has taken (RFC 8985's test), or
+                    // it was written on the arrival of the lost transmission itself (or an
+                    // older one), which came after packets sent later. An echo older than the
+                    // retransmission alone is no proof: a packet sent just before the
+                    // retransmission and held behind it by jitter reads the same when the
+                    // retransmission is what arrived, and at 50 % loss with 0.1 ms of jitter
+                    // such readings widened the thresholds to their largest, lost packets
+                    // then filled the window for two round trips before they were declared,
+                    // and the rate sank to a sixth. Not from a far ack: a far-acked packet
+                    // resent for nothing was most likely described only by a far ack that
+                    // was lost (the far acks of a round are several datagrams, each lost
+                    // alike), which says nothing of reordering.
+                    let too_soon = now < a.sent + rtt.min();
+                    let lost_sent = a.resent_after.threshold_lost_sent();
+                    let proof = lost_sent.is_some_and(|lost_sent| too_soon || echoed_sent.is_some_and(|e| e <= lost_sent));
+                    if is_ack && proof {
+                        reordered = true;
+                        late_by = late_by.max(lost_sent.map_or(Duration::ZERO, |sent| now.saturating_duration_since(sent)));
+                    }
+                    overtaken_needlessly |= is_ack && proof && matches!(a.resent_after, LostBy::PacketThreshold { .. });
                 }
             };
             disassembler.ack_below(fence_base, echoed_sent, &mut on_acked);
@@ -1744,13 +1757,17 @@ impl Connection {
             // time alone from now on (as RACK does once it has seen reordering). The reordering
             // a path's jitter makes grows with the packet rate, and on a fast path with a few
             // milliseconds of it every packet overtaken 1,024 deep was resent and the copies
-            // overtaken in turn: 10 ms of jitter and no loss, 30 MB resent up to 27 times over. (Only
-            // the proof above counts here: flows through a shallow shared buffer with 300 µs of
-            // jitter reached the largest threshold on weaker evidence, and without the packet
-            // threshold went on sending into their drops for a round trip longer.)
+            // overtaken in turn: 10 ms of jitter and no loss, 30 MB resent up to 27 times over.
             self.time_only_loss_detection |= overtaken_needlessly && self.reorder_threshold >= REORDER_THRESHOLD_MAX;
             self.reorder_threshold = (self.reorder_threshold * 2).min(REORDER_THRESHOLD_MAX);
-            self.time_threshold = (self.time_threshold * 1.5).min(2.0);
+            // The time threshold grows to half again what the late transmission took to be
+            // acknowledged, not by half at each proof up to two round trips: a threshold past
+            // the path's reordering keeps lost packets counted in flight that much longer, and
+            // at 50 % loss with 3 ms of jitter on 20 ms, two round trips of them filled the
+            // window and the rate sank.
+            let round_trip = self.rtt.get().max(self.rtt.latest()).as_secs_f64();
+            let needed = 1.5 * late_by.as_secs_f64() / round_trip.max(1e-6);
+            self.time_threshold = self.time_threshold.max(needed).min(2.0);
         }
 
         let advanced = fence_base > lowest;

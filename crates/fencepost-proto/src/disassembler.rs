@@ -80,10 +80,20 @@ pub enum LostBy {
     /// A retransmission timeout, or (without a fence) duplicate acks.
     Timeout,
     /// As many packets sent after it were acknowledged as the reordering threshold allows;
-    /// `overtaken_sent` is when the transmission declared lost had left.
-    PacketThreshold { overtaken_sent: Instant },
+    /// `lost_sent` is when the transmission declared lost had left.
+    PacketThreshold { lost_sent: Instant },
     /// It went unacknowledged for the loss delay while packets sent after it were acknowledged.
-    TimeThreshold,
+    TimeThreshold { lost_sent: Instant },
+}
+
+impl LostBy {
+    /// When the transmission a threshold declared lost had left (`None` after a timeout).
+    pub fn threshold_lost_sent(self) -> Option<Instant> {
+        match self {
+            LostBy::Timeout => None,
+            LostBy::PacketThreshold { lost_sent } | LostBy::TimeThreshold { lost_sent } => Some(lost_sent),
+        }
+    }
 }
 
 /// A segment the peer newly acknowledged.
@@ -546,7 +556,7 @@ impl Disassembler {
             if overtaken || now >= sent + loss_delay {
                 self.tx_order.pop_front();
                 let bytes = self.declare_lost(index);
-                self.segments[index].lost_by = if overtaken { LostBy::PacketThreshold { overtaken_sent: sent } } else { LostBy::TimeThreshold };
+                self.segments[index].lost_by = if overtaken { LostBy::PacketThreshold { lost_sent: sent } } else { LostBy::TimeThreshold { lost_sent: sent } };
                 losses.packets += 1;
                 losses.bytes += bytes;
                 losses.earliest_sent = Some(losses.earliest_sent.map_or(sent, |e: Instant| e.min(sent)));
