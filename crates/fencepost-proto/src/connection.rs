@@ -17,6 +17,7 @@ use crate::config::{Arq, FenceWidth, SendPolicy, TransportConfig};
 use crate::congestion::{AckBatch, Controller, DeliveryRateEstimator, RateSample};
 use crate::crypto::{self, AeadProtection, Cipher, ClientHandshake, HandshakeError, Pattern, PublicKey, StaticKey, RESET_TOKEN_LEN};
 use crate::disassembler::{Acked, Disassembler, LostBy, SegmentState};
+use crate::first_tx::FirstTransmissions;
 use crate::protection::{PacketProtection, ProtectionConfig};
 use crate::redundancy::{Announcement, NoRedundancy, Redundancy};
 use crate::rtt::{RttEstimator, RttHistory};
@@ -410,12 +411,11 @@ pub struct Connection {
     /// reach its decoder per packet (with 100 connections, a cold cache line each time).
     fec_unkept: Option<u64>,
     /// Data packets the peer sent for the first time, by sequence number, and how many of
-    /// them were missing when a later one arrived: what [`Feedback`] reports.
-    rx_expected: u64,
-    rx_missing: u64,
-    /// `rx_expected` when feedback last left; feedback is due every [`FEEDBACK_EVERY`] packets.
+    /// them went missing: what [`Feedback`] reports.
+    first_transmissions: FirstTransmissions,
+    /// The first transmissions expected when feedback last left; feedback is due every [`FEEDBACK_EVERY`] packets.
     feedback_sent_at: u64,
-    /// `rx_missing` when feedback last left.
+    /// The first transmissions missing when feedback last left.
     feedback_missing_at: u64,
     /// When our latest ack or data packet was written: feedback due then goes right behind
     /// it, in the same send (see `poll_transmit`).
@@ -555,8 +555,7 @@ impl Connection {
             fec_decoder: None,
             fec_keep_until: FEC_KEEP_AT_START,
             fec_unkept: None,
-            rx_expected: 0,
-            rx_missing: 0,
+            first_transmissions: FirstTransmissions::default(),
             feedback_sent_at: 0,
             feedback_missing_at: 0,
             last_ride: None,
@@ -1299,9 +1298,10 @@ impl Connection {
     /// every [`FEEDBACK_EVERY`] packets, or [`FEEDBACK_EVERY_CLEAN`] in a clean spell (no
     /// repair for 1,024 packets and nothing missing since the last report).
     fn feedback_due(&self) -> bool {
-        let clean = self.rx_expected >= self.fec_keep_until && self.rx_missing == self.feedback_missing_at;
+        let expected = self.first_transmissions.expected();
+        let clean = expected >= self.fec_keep_until && self.first_transmissions.missing() <= self.feedback_missing_at;
         let every = if clean { FEEDBACK_EVERY_CLEAN } else { FEEDBACK_EVERY };
-        self.rx_expected >= self.feedback_sent_at + every
+        expected >= self.feedback_sent_at + every
     }
 
     /// Writes the next datagram to send into `buf` (which must hold at least
@@ -1367,9 +1367,10 @@ impl Connection {
         // always a ride within `max_ack_delay`.
         if self.last_ride == Some(now) && self.fec_decoder.is_some() && self.peer_redundancy.adapts() && self.feedback_due() {
             // The peer's repairs follow the loss: tell it what the path loses.
-            self.feedback_sent_at = self.rx_expected;
-            self.feedback_missing_at = self.rx_missing;
-            let packet = Packet { dst_cid: self.peer_cid, body: Body::Feedback(Feedback { expected: self.rx_expected, missing: self.rx_missing }) };
+            let (expected, missing) = (self.first_transmissions.expected(), self.first_transmissions.missing());
+            self.feedback_sent_at = expected;
+            self.feedback_missing_at = missing;
+            let packet = Packet { dst_cid: self.peer_cid, body: Body::Feedback(Feedback { expected, missing }) };
             self.stats.feedback_sent += 1;
             return self.emit(now, &packet, buf, None, false);
         }
@@ -1490,11 +1491,6 @@ impl Connection {
             self.stats.data_packets_received += 1;
             self.note_ack_eliciting(now, timestamp);
             self.peer_alternates = std::mem::take(&mut self.data_sent_since_rx);
-            // What a peer that adapts its redundancy needs: first transmissions missing.
-            if seq >= self.rx_expected {
-                self.rx_missing += seq - self.rx_expected;
-                self.rx_expected = seq + 1;
-            }
         }
         let timestamp = timestamp.unwrap_or(0);
         if payload.len() > self.config.max_payload as usize {
@@ -1527,6 +1523,10 @@ impl Connection {
     fn insert_data(&mut self, now: Instant, seq: u64, timestamp: u32, previous_timestamp: u32, payload: &[u8], fin: bool) {
         let base_before = self.assembler.fence_base();
         let arrival = self.assembler.insert(seq, payload, fin);
+        if timestamp != 0 {
+            // What a peer that adapts its redundancy needs: first transmissions missing.
+            self.first_transmissions.on_data(seq, timestamp, arrival.is_new());
+        }
         // RFC 9000 (13.2.1): ack at once when a packet opens a new gap or arrives below
         // the highest seen (it fills or reorders); otherwise every `ack_every` packets.
         let reordered = self.highest_rx_seq.map_or(seq != 0, |h| seq < h || seq > h + 1);
@@ -2398,7 +2398,8 @@ impl Connection {
     /// a receiver closing its half), the loss of the peer's first transmissions to us, once
     /// there are enough of them to say (the other way is likely no better).
     fn probe_loss_estimate(&self) -> f64 {
-        let measured = if self.rx_expected >= 32 { self.rx_missing as f64 / self.rx_expected as f64 } else { 0.0 };
+        let (expected, missing) = (self.first_transmissions.expected(), self.first_transmissions.missing());
+        let measured = if expected >= 32 { missing as f64 / expected as f64 } else { 0.0 };
         self.early_loss_floor(self.controller.random_loss().max(measured))
     }
 

@@ -14,6 +14,7 @@ pub mod crypto;
 pub mod disassembler;
 pub mod endpoint;
 pub mod fec;
+mod first_tx;
 pub mod protection;
 pub mod redundancy;
 pub mod rtt;

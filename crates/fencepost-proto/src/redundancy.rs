@@ -310,10 +310,13 @@ impl Adaptive {
 
     fn on_feedback(&mut self, expected: u64, missing: u64) {
         let (e0, m0) = self.last_feedback;
-        if expected <= e0 || missing < m0 {
+        if expected <= e0 {
             return; // late or reordered feedback: nothing new
         }
-        let rate = ((missing - m0) as f64 / (expected - e0) as f64).min(1.0);
+        // Fewer missing than the last report said: originals it counted came late since
+        // (a receiver takes those back). Nothing lost in this span, and the count goes on
+        // from here: ignoring such reports froze the estimate at the last one taken.
+        let rate = (missing.saturating_sub(m0) as f64 / (expected - e0) as f64).min(1.0);
         let weight = ((expected - e0) as f64 / 128.0).min(1.0);
         self.from_feedback = (1.0 - weight) * self.from_feedback + weight * rate;
         self.last_feedback = (expected, missing);
