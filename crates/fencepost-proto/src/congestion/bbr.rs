@@ -1380,8 +1380,6 @@ mod tests {
         assert!(!cc.excess_loss(35 * MSS, 100 * MSS, 1.0));
     }
 
-    /// Startup's plateau: three rounds where a queue shows (or the path loses nothing);
-    /// with no queue under heavy loss, as many more as the loss takes from each round.
     #[test]
     fn the_delay_variation_is_the_plain_mean_difference_until_its_gain_takes_over() {
         // RTTs alternating 20 and 24 ms: consecutive samples differ by 4 ms every time.
@@ -1400,6 +1398,8 @@ mod tests {
         assert!((cc.jitter() - (0.004 + (0.008 - 0.004) / 16.0)).abs() < 1e-9, "{}", cc.jitter());
     }
 
+    /// Startup's plateau: three rounds where a queue shows (or the path loses nothing);
+    /// with no queue under heavy loss, as many more as the loss takes from each round.
     #[test]
     fn a_quiet_plateau_under_heavy_loss_must_last_longer_to_end_startup() {
         let rtt = Duration::from_millis(200);
