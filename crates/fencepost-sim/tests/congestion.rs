@@ -134,15 +134,21 @@ fn a_shallow_queue_overflowed_by_startup_does_not_leave_tolerant_overdriving_the
 fn tolerant_flows_keeping_a_shallow_buffer_full_do_not_take_its_overflow_for_random_loss() {
     for flows in ["4", "8"] {
         let options = [("cc", "tolerant"), ("flows", flows), ("rate", "100mbit"), ("delay", "20ms"), ("queue", "15kB"), ("time", "10s")];
-        let report = run(Scenario::from_options(options).unwrap());
-        assert!(report.flows.iter().all(|f| f.integrity_ok), "{flows} flows: {:?}", report.error);
-        let sent: u64 = report.flows.iter().map(|f| f.data_packets_sent).sum();
-        let resent: u64 = report.flows.iter().map(|f| f.retransmissions).sum();
-        let share = resent as f64 / sent as f64;
-        assert!(share <= 0.3, "{flows} flows through 15 kB: {:.1} % of data packets were retransmissions", share * 100.0);
-        let total: f64 = report.flows.iter().map(|f| f.goodput_bps).sum();
-        assert!(total >= 85e6, "{flows} flows through 15 kB: {:.1} Mbit/s together", total / 1e6);
+        assert_overflow_not_taken_for_loss(&options, 0.3, &format!("{flows} flows through 15 kB"));
     }
+}
+
+/// The flows `options` describe resent at most `most` of their data packets and delivered
+/// at least 85 Mbit/s together.
+fn assert_overflow_not_taken_for_loss(options: &[(&str, &str)], most: f64, case: &str) {
+    let report = run(Scenario::from_options(options.iter().copied()).unwrap());
+    assert!(report.flows.iter().all(|f| f.integrity_ok), "{case}: {:?}", report.error);
+    let sent: u64 = report.flows.iter().map(|f| f.data_packets_sent).sum();
+    let resent: u64 = report.flows.iter().map(|f| f.retransmissions).sum();
+    let share = resent as f64 / sent as f64;
+    assert!(share <= most, "{case}: {:.1} % of data packets were retransmissions", share * 100.0);
+    let total: f64 = report.flows.iter().map(|f| f.goodput_bps).sum();
+    assert!(total >= 85e6, "{case}: {:.1} Mbit/s together", total / 1e6);
 }
 
 /// The same with jitter: 1 ms of it spreads a round's RTTs over more than the 2.4 ms that
@@ -154,14 +160,7 @@ fn tolerant_flows_keeping_a_shallow_buffer_full_do_not_take_its_overflow_for_ran
 fn tolerant_flows_keeping_a_shallow_buffer_full_through_jitter_do_not_take_its_overflow_for_random_loss() {
     for seed in ["1", "2", "3"] {
         let options = [("cc", "tolerant"), ("flows", "8"), ("rate", "100mbit"), ("delay", "20ms"), ("jitter", "1ms"), ("queue", "30kB"), ("time", "15s"), ("seed", seed)];
-        let report = run(Scenario::from_options(options).unwrap());
-        assert!(report.flows.iter().all(|f| f.integrity_ok), "seed {seed}: {:?}", report.error);
-        let sent: u64 = report.flows.iter().map(|f| f.data_packets_sent).sum();
-        let resent: u64 = report.flows.iter().map(|f| f.retransmissions).sum();
-        let share = resent as f64 / sent as f64;
-        assert!(share <= 0.7, "seed {seed}: {:.1} % of data packets were retransmissions", share * 100.0);
-        let total: f64 = report.flows.iter().map(|f| f.goodput_bps).sum();
-        assert!(total >= 85e6, "seed {seed}: {:.1} Mbit/s together", total / 1e6);
+        assert_overflow_not_taken_for_loss(&options, 0.7, &format!("8 flows through 30 kB, 1 ms jitter, seed {seed}"));
     }
 }
 
