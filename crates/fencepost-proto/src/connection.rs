@@ -1299,9 +1299,12 @@ impl Connection {
     /// repair for 1,024 packets and nothing missing since the last report).
     fn feedback_due(&self) -> bool {
         let expected = self.first_transmissions.expected();
+        // The count of what is missing only where it decides (FEEDBACK_EVERY < FEEDBACK_EVERY_CLEAN).
+        if expected < self.feedback_sent_at + FEEDBACK_EVERY {
+            return false;
+        }
         let clean = expected >= self.fec_keep_until && self.first_transmissions.missing() <= self.feedback_missing_at;
-        let every = if clean { FEEDBACK_EVERY_CLEAN } else { FEEDBACK_EVERY };
-        expected >= self.feedback_sent_at + every
+        !clean || expected >= self.feedback_sent_at + FEEDBACK_EVERY_CLEAN
     }
 
     /// Writes the next datagram to send into `buf` (which must hold at least
@@ -1690,9 +1693,9 @@ impl Connection {
     fn apply_fence(&mut self, now: Instant, lowest: u64, fence_base: u64, bitmap_base: u64, bitmap: &[u8], echoed_sent: Option<Instant>, is_ack: bool, far_follows: bool) {
         let mut newly_acked = 0u64;
         let mut spurious = 0u64;
-        let mut reordered = false;
-        // The longest a transmission proved only late took to be acknowledged.
-        let mut late_by = Duration::ZERO;
+        // The longest a transmission proved only late took to be acknowledged (none proved:
+        // the path reorders no more than allowed for).
+        let mut late_by: Option<Duration> = None;
         let mut overtaken_needlessly = false;
         let mut newly_acked_bytes = 0u64;
         {
@@ -1736,13 +1739,12 @@ impl Connection {
                     // resent for nothing was most likely described only by a far ack that
                     // was lost (the far acks of a round are several datagrams, each lost
                     // alike), which says nothing of reordering.
-                    let lost_sent = a.resent_after.threshold_lost_sent();
-                    let proof = lost_sent.is_some_and(|lost_sent| too_soon || echoed_sent.is_some_and(|e| e <= lost_sent));
-                    if is_ack && proof {
-                        reordered = true;
-                        late_by = late_by.max(lost_sent.map_or(Duration::ZERO, |sent| now.saturating_duration_since(sent)));
+                    let proved = a.resent_after.threshold_lost_sent().filter(|&lost_sent| is_ack && (too_soon || echoed_sent.is_some_and(|e| e <= lost_sent)));
+                    if let Some(lost_sent) = proved {
+                        let late = now.saturating_duration_since(lost_sent);
+                        late_by = Some(late_by.map_or(late, |l| l.max(late)));
+                        overtaken_needlessly |= matches!(a.resent_after, LostBy::PacketThreshold { .. });
                     }
-                    overtaken_needlessly |= is_ack && proof && matches!(a.resent_after, LostBy::PacketThreshold { .. });
                 }
             };
             disassembler.ack_below(fence_base, echoed_sent, &mut on_acked);
@@ -1761,7 +1763,7 @@ impl Connection {
             self.last_ack_progress = now;
         }
         self.stats.spurious_retransmissions += spurious;
-        if reordered {
+        if let Some(late_by) = late_by {
             // A hole we resent had only been overtaken: the path reorders more than we
             // allowed for. Widen both thresholds (as Linux raises tcp_reordering), up to
             // a large window's worth and a couple of round trips. (A spurious timeout

@@ -59,14 +59,11 @@ impl FirstTransmissions {
     /// sender following them saw 2 % loss. Rarely falls (a late original later than any
     /// before it).
     pub(crate) fn missing(&self) -> u64 {
+        if self.reorder_lag == 0 {
+            return self.shown_missing - self.late;
+        }
         let settling = u64::from(self.reorder_lag) * 3 / 2;
-        let pending: u64 = self
-            .gaps
-            .iter()
-            .rev()
-            .take_while(|g| u64::from(self.newest.wrapping_sub(g.shown_by)) <= settling && self.reorder_lag > 0)
-            .map(|g| g.left)
-            .sum();
+        let pending: u64 = self.gaps.iter().rev().take_while(|g| u64::from(self.newest.wrapping_sub(g.shown_by)) <= settling).map(|g| g.left).sum();
         self.shown_missing - self.late - pending
     }
 

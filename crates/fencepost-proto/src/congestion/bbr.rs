@@ -157,7 +157,7 @@ const JITTER_QUEUE_DISCOUNT: f64 = 2.0;
 /// `tolerant`: how many times the delay variation jitter alone adds to the queue peak (a
 /// round's largest RTT above the smallest): the smallest sits about
 /// [`JITTER_QUEUE_DISCOUNT`] variations below the mean, the largest as far above it.
-const PEAK_JITTER: f64 = 4.0;
+const PEAK_JITTER: f64 = 2.0 * JITTER_QUEUE_DISCOUNT;
 /// `tolerant`: the inverse of the delay variation's gain (RFC 3550's 1/16).
 const JITTER_GAIN_INVERSE: u32 = 16;
 
