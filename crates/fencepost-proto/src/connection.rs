@@ -32,9 +32,18 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 
-/// The least a connection lets the application queue unsent (see `Connection::unsent_limit`):
-/// one write of a typical application buffer goes in whole while the window is still small.
-const UNSENT_FLOOR: u64 = 512 * 1024;
+/// The floor under what a connection lets the application queue unsent (see
+/// `Connection::unsent_limit`) is [`UNSENT_FLOOR_TIME`] of the sending rate, between these:
+/// at least one write of a typical application buffer goes in whole while the window is
+/// still small ...
+const UNSENT_FLOOR_MIN: u64 = 64 * 1024;
+/// ... and more than this gains nothing (it is the floor from 84 Mbit/s).
+const UNSENT_FLOOR_MAX: u64 = 512 * 1024;
+/// On a fast path the writer has this long to come back before the sender runs dry; on a
+/// slow one what waits unsent drains in about this long, so a transfer timed to end
+/// (`--time`) ends near its time: with a fixed 512 kB floor a 20 s run at 50 kbit/s took
+/// 111 s (512 kB drain in 82 s there).
+const UNSENT_FLOOR_TIME: Duration = Duration::from_millis(50);
 
 /// Copies of the Initial a client's handshake attempt sends at most: one at first, one
 /// more for each attempt that went unanswered, up to this.
@@ -1838,7 +1847,8 @@ impl Connection {
     }
 
     /// How many written bytes may wait unsent, beyond what is in flight: two sending windows,
-    /// at least [`UNSENT_FLOOR`] bytes and 64 packets. What the path cannot take within a round trip or two gains
+    /// and at least [`UNSENT_FLOOR_TIME`] of the sending rate, within [`UNSENT_FLOOR_MIN`]
+    /// and [`UNSENT_FLOOR_MAX`]. What the path cannot take within a round trip or two gains
     /// nothing by being buffered here; a writer that fills a 16 MB buffer per connection
     /// would make a hundred bulk connections touch 1.6 GB (TCP's notsent_lowat, in effect).
     /// Acks, which come at least once per window, reopen it. The seed's send loop keeps
@@ -1846,8 +1856,12 @@ impl Connection {
     fn unsent_limit(&self) -> usize {
         match self.config.send_policy {
             SendPolicy::Continuous => {
-                let floor = (64 * self.config.max_datagram() as u64).max(UNSENT_FLOOR);
-                usize::try_from((2 * self.sending_window()).max(floor)).unwrap_or(usize::MAX)
+                let window = self.sending_window();
+                // The controller's pacing rate, or for one that does not pace, its window per RTT.
+                let rate = self.controller.pacing_rate().unwrap_or_else(|| crate::congestion::pacing_rate(window, &self.rtt));
+                let floor = (rate as u128 * UNSENT_FLOOR_TIME.total_micros() as u128 / 1_000_000).clamp(UNSENT_FLOOR_MIN as u128, UNSENT_FLOOR_MAX as u128) as u64;
+                let limit = (2 * window).max(floor);
+                usize::try_from(limit).unwrap_or(usize::MAX)
             }
             SendPolicy::Tick { .. } => usize::MAX,
         }
