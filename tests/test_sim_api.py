@@ -48,6 +48,14 @@ def test_bad_options_raise_option_error_naming_the_option():
     assert isinstance(e.value, fencepost.FencepostError)
 
 
+@pytest.mark.parametrize("option, value, says", [("--loss", "-5%", "out of range"), ("--delay", "-5ms", "negative"),
+                                                ("--rate", "-1mbit", "negative")])
+def test_a_negative_value_gets_the_options_own_error(capsys, option, value, says):
+    # argparse took "-5%" for an option and answered "expected one argument".
+    code, _, err = run_cli(["sim", option, value], capsys)
+    assert code == 2 and option in err and says in err and "expected one argument" not in err, err
+
+
 def test_acceptance_command_is_reproducible(capsys):
     code1, out1, _ = run_cli(["sim", *ACCEPTANCE], capsys)
     code2, out2, _ = run_cli(["sim", *ACCEPTANCE], capsys)

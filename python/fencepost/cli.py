@@ -212,9 +212,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _attach_negative_values(argv: Sequence[str]) -> list:
+    """`--loss -5%` as `--loss=-5%`: argparse takes a word that starts with a dash for an
+    option (unless it is a bare number), so a negative value came back as "expected one
+    argument" instead of the option's own check naming the accepted range. No option of
+    ours is spelled with a dash and a digit."""
+    out: list = []
+    for word in argv:
+        previous = out[-1] if out else ""
+        negative = len(word) > 1 and word[0] == "-" and (word[1].isdigit() or word[1] == ".")
+        if negative and previous.startswith("--") and "=" not in previous:
+            out[-1] = f"{previous}={word}"
+        else:
+            out.append(word)
+    return out
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_attach_negative_values(sys.argv[1:] if argv is None else argv))
     try:
         return args.handler(args)
     except (OptionError, ExperimentError) as exc:
