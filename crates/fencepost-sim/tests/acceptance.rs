@@ -195,6 +195,22 @@ fn a_timed_transfer_on_a_slow_link_ends_near_its_time() {
     }
 }
 
+/// On a 50 kbit/s link a packet takes 0.23 s to cross, and `tolerant`'s Startup leaves a
+/// queue of seconds. When the minimum RTT expired, ProbeRTT drained to half the product
+/// of the RTT that replaced it, which that queue had set, so the queue stayed: RTT mean
+/// over 120 s 2.24 s (`bbr`, which drains to four packets, 0.96). ProbeRTT now sizes its
+/// window by the minimum that expired: 1.53 s.
+#[test]
+fn tolerant_drains_the_queue_it_built_on_a_slow_link() {
+    let options = [("time", "120s"), ("rate", "50kbit"), ("delay", "20ms"), ("seed", "1")];
+    let report = run(Scenario::from_options(options).unwrap());
+    assert!(report.integrity_ok && report.status == "ok", "{}", report.to_json());
+    let flow = &report.flows[0];
+    let rtt_mean_ms = flow.rtt_mean_ms.expect("RTT samples");
+    assert!(rtt_mean_ms <= 1_800.0, "RTT mean {rtt_mean_ms:.0} ms");
+    assert!(flow.goodput_bps >= 0.9 * 50_000.0, "{:.0} bit/s", flow.goodput_bps);
+}
+
 /// Round trips of 1.5 s and more: a client repeats its Initial (in up to three copies)
 /// every 305 ms until an answer comes, and the Accept echoes one of the first. The client
 /// kept only its last eight Initials' timestamps, so it could not recognise that echo: no
