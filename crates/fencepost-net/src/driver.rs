@@ -357,6 +357,8 @@ pub(crate) fn receive(
         if handled >= ACK_STRETCH_DATAGRAMS {
             return Ok(false);
         }
+        // From the receive to the delivery, no other receive (see `Shared::receiving`).
+        let _in_order = shared.receiving.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let mut iovs: Vec<IoSliceMut<'_>> = inbox.storage.chunks_mut(RECV_BUF).take(buffers).map(IoSliceMut::new).collect();
         let metas = &mut inbox.metas[..buffers];
         let count = match recv(&mut iovs, metas) {

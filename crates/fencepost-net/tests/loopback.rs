@@ -24,6 +24,35 @@ async fn client() -> Endpoint {
     Endpoint::bind(localhost(), EndpointConfig::client(TransportConfig::default())).await.unwrap()
 }
 
+/// A request/reply exchange with the driver on its own thread (the default): a reader that
+/// waits receives for itself, on its own thread, so a reply reaches it in one wake-up. The
+/// exchange stays byte-exact and in order (the reader's receive and the driver's never
+/// interleave, so nothing reaches the core out of order and nothing is resent), and a bulk
+/// transfer one way leaves receiving to the driver.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_reader_receives_for_itself_in_an_exchange_and_keeps_the_order() {
+    let (echo, _) = server(true, TransportConfig::default()).await;
+    let requester = client().await;
+    let mut conn = requester.connect(echo.local_addr()).await.unwrap();
+    for i in 0..300u32 {
+        let message: Vec<u8> = (0..64u32).map(|j| (i * 7 + j) as u8).collect();
+        conn.write_all(&message).await.unwrap();
+        let mut reply = vec![0u8; message.len()];
+        tokio::time::timeout(Duration::from_secs(10), conn.read_exact(&mut reply)).await.expect("reply within 10 s").unwrap();
+        assert_eq!(reply, message, "exchange {i}");
+    }
+    let stats = conn.stats();
+    assert_eq!(stats.retransmissions, 0, "{stats:?}");
+    assert!(requester.reader_receives() > 0 && echo.reader_receives() > 0, "client {}, server {}", requester.reader_receives(), echo.reader_receives());
+    conn.close().await.unwrap();
+
+    let (sink, _) = server(false, TransportConfig::default()).await;
+    let sender = client().await;
+    let summary = tools::send(&sender, sink.local_addr(), Amount::Bytes(5_000_000), Duration::from_secs(60), true, |_| {}).await.unwrap();
+    assert!(summary.hashes_match && summary.retransmissions == 0, "{summary:?}");
+    assert_eq!(sink.reader_receives(), 0, "a one-way transfer's reader left receiving to the driver");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bulk_transfer_arrives_with_matching_hashes() {
     let (server, served) = server(false, TransportConfig::default()).await;

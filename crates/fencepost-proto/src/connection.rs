@@ -801,6 +801,12 @@ impl Connection {
         (self.ack_now || self.ack_deferred) && !matches!(self.state, State::Drained | State::Lost)
     }
 
+    /// Whether the peer's data packets alternate with ours: a request/reply exchange, not
+    /// a transfer one way.
+    pub fn peer_alternates(&self) -> bool {
+        self.peer_alternates
+    }
+
     /// Written data (or the FIN) is waiting for its first transmission. While it is, the
     /// connection is held back by its window, pacer or peer, and what releases it (an ack,
     /// a timer) reaches the driver anyway: a write then needs no wake-up of its own.
