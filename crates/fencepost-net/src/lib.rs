@@ -298,8 +298,8 @@ struct Shared {
     /// would look to the core like reordering, which loss detection takes for loss.
     receiving: Mutex<()>,
     /// A reader's own watch on the socket, in the runtime the reader runs on, and its
-    /// receive buffers (see `receive_for_reader`); `None` until a reader first waits.
-    reader: Mutex<Option<ReaderReceive>>,
+    /// receive buffers (see `receive_for_reader`).
+    reader: Mutex<ReaderWatch>,
     /// Receive calls a reader made that delivered datagrams (see `Endpoint::reader_receives`).
     reader_receives: std::sync::atomic::AtomicU64,
     wake_driver: tokio::sync::Notify,
@@ -318,6 +318,15 @@ struct ReaderReceive {
     inbox: driver::Inbox,
 }
 
+enum ReaderWatch {
+    /// No reader has waited yet (or the runtime of the last one is gone).
+    Untried,
+    Watching(ReaderReceive),
+    /// The reader's runtime has no I/O (or there is none): readers leave receiving to the
+    /// driver, and the attempt is not repeated on every read.
+    Unavailable,
+}
+
 impl Shared {
     /// A reader that found nothing to read, on the only connection of an endpoint whose
     /// driver has a thread of its own, in a request/reply exchange, also waits for the
@@ -331,16 +340,16 @@ impl Shared {
     /// were delivered (read again); otherwise `cx` is woken when more arrive.
     fn receive_for_reader(&self, cx: &mut Context<'_>) -> bool {
         let Ok(mut slot) = self.reader.try_lock() else { return false };
-        if slot.is_none() {
-            *slot = self.reader_receive();
+        if matches!(*slot, ReaderWatch::Untried) {
+            *slot = self.reader_receive().map_or(ReaderWatch::Unavailable, ReaderWatch::Watching);
         }
-        let Some(ReaderReceive { socket, inbox }) = slot.as_mut() else { return false };
+        let ReaderWatch::Watching(ReaderReceive { socket, inbox }) = &mut *slot else { return false };
         loop {
             let mut ready = match socket.poll_read_ready(cx) {
                 Poll::Ready(Ok(ready)) => ready,
                 Poll::Ready(Err(_)) => {
                     // Its runtime is gone: the next reader watches from its own.
-                    *slot = None;
+                    *slot = ReaderWatch::Untried;
                     return false;
                 }
                 Poll::Pending => return false,
@@ -366,7 +375,8 @@ impl Shared {
     fn reader_receive(&self) -> Option<ReaderReceive> {
         tokio::runtime::Handle::try_current().ok()?;
         let socket = self.inline_socket.try_clone().ok()?;
-        // Without I/O enabled tokio panics rather than refusing.
+        // Without I/O enabled tokio panics rather than refusing (its message is printed, once
+        // per endpoint: `ReaderWatch::Unavailable` keeps it from being tried again).
         // SAFETY: the `UdpSocket` owns its descriptor, which stays open and the same while
         // the `AsyncFd` holds it (nothing else has it: it is a fresh duplicate).
         let watch = std::panic::catch_unwind(move || unsafe { tokio::io::unix::AsyncFd::register_with_interest(socket, tokio::io::Interest::READABLE) });
@@ -432,7 +442,7 @@ impl Shared {
                 flush_waits: Vec::new(),
             }),
             receiving: Mutex::new(()),
-            reader: Mutex::new(None),
+            reader: Mutex::new(ReaderWatch::Untried),
             reader_receives: std::sync::atomic::AtomicU64::new(0),
             wake_driver: tokio::sync::Notify::new(),
             epoch: std::time::Instant::now(),

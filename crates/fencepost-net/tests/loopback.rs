@@ -53,6 +53,30 @@ async fn a_waiting_reader_receives_for_itself_in_an_exchange_and_keeps_the_order
     assert_eq!(sink.reader_receives(), 0, "a one-way transfer's reader left receiving to the driver");
 }
 
+/// A reader on a runtime without I/O cannot watch the socket: it leaves receiving to the
+/// driver's thread, as before, and the exchange goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_on_a_runtime_without_io_leaves_receiving_to_the_driver() {
+    let (echo, _) = server(true, TransportConfig::default()).await;
+    let addr = echo.local_addr();
+    let exchanged = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        runtime.block_on(async move {
+            let requester = client().await;
+            let mut conn = requester.connect(addr).await.unwrap();
+            for i in 0..50u8 {
+                conn.write_all(&[i; 64]).await.unwrap();
+                let mut reply = [0u8; 64];
+                tokio::time::timeout(Duration::from_secs(10), conn.read_exact(&mut reply)).await.expect("reply within 10 s").unwrap();
+                assert_eq!(reply, [i; 64]);
+            }
+            requester.reader_receives()
+        })
+    });
+    let reader_receives = tokio::task::spawn_blocking(move || exchanged.join().unwrap()).await.unwrap();
+    assert_eq!(reader_receives, 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bulk_transfer_arrives_with_matching_hashes() {
     let (server, served) = server(false, TransportConfig::default()).await;
