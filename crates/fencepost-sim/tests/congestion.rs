@@ -112,9 +112,7 @@ fn a_shallow_queue_overflowed_by_startup_does_not_leave_tolerant_overdriving_the
         let options = [("cc", "tolerant"), ("flows", flows), ("rate", "100mbit"), ("delay", delay), ("queue", queue), ("bytes", bytes)];
         let report = run(Scenario::from_options(options).unwrap());
         assert!(report.flows.iter().all(|f| f.integrity_ok), "{flows} flow(s): {:?}", report.error);
-        let sent: u64 = report.flows.iter().map(|f| f.data_packets_sent).sum();
-        let resent: u64 = report.flows.iter().map(|f| f.retransmissions).sum();
-        let share = resent as f64 / sent as f64;
+        let share = retransmitted_share(&report);
         assert!(share <= most, "{flows} flow(s) through {queue}: {:.1} % of data packets were retransmissions", share * 100.0);
         let delivered: u64 = report.flows.iter().map(|f| f.bytes_delivered).sum();
         let last = report.flows.iter().map(|f| f.duration_s).fold(0.0, f64::max);
@@ -138,14 +136,19 @@ fn tolerant_flows_keeping_a_shallow_buffer_full_do_not_take_its_overflow_for_ran
     }
 }
 
+/// Retransmissions as a share of all the data packets the run's flows sent.
+fn retransmitted_share(report: &fencepost_spec::RunReport) -> f64 {
+    let sent: u64 = report.flows.iter().map(|f| f.data_packets_sent).sum();
+    let resent: u64 = report.flows.iter().map(|f| f.retransmissions).sum();
+    resent as f64 / sent as f64
+}
+
 /// The flows `options` describe resent at most `most` of their data packets and delivered
 /// at least 85 Mbit/s together.
 fn assert_overflow_not_taken_for_loss(options: &[(&str, &str)], most: f64, case: &str) {
     let report = run(Scenario::from_options(options.iter().copied()).unwrap());
     assert!(report.flows.iter().all(|f| f.integrity_ok), "{case}: {:?}", report.error);
-    let sent: u64 = report.flows.iter().map(|f| f.data_packets_sent).sum();
-    let resent: u64 = report.flows.iter().map(|f| f.retransmissions).sum();
-    let share = resent as f64 / sent as f64;
+    let share = retransmitted_share(&report);
     assert!(share <= most, "{case}: {:.1} % of data packets were retransmissions", share * 100.0);
     let total: f64 = report.flows.iter().map(|f| f.goodput_bps).sum();
     assert!(total >= 85e6, "{case}: {:.1} Mbit/s together", total / 1e6);
