@@ -41,6 +41,11 @@ class Tahoe(fencepost.Controller):
                 self.credit -= self.window
                 self.window += 1
 
+    @property
+    def wants_every_ack(self) -> bool:
+        # As the built-in tahoe: every ack in slow start, an ack per eighth of the flight after.
+        return self.window < self.ssthresh
+
     def _collapse(self, in_flight_packets: float) -> None:
         self.ssthresh = max(in_flight_packets / 2, 2)
         self.window = 1

@@ -42,6 +42,25 @@ def test_an_instance_is_copied_for_each_flow_and_a_sweep_takes_a_class():
     assert df["integrity_ok"].all() and set(df["cc"]) == {"python:controllers.Tahoe"}
 
 
+def test_a_controller_is_acked_every_other_packet_unless_it_says_it_can_do_with_fewer():
+    class Fixed(fencepost.Controller):
+        window = 64
+
+    class Found(fencepost.Controller):
+        window = 64
+        wants_every_ack = False
+
+    def data_packets_per_ack(cc):
+        report = sim.run(cc=cc, bytes="5MB", rate="20mbit", delay="20ms", seed=1)
+        assert report.integrity_ok
+        return report.data_packets_sent / report.peer_acks_sent
+
+    # One ack per two packets (the default profile's ack_every) by default; with 64 packets
+    # in flight, an eighth of them, 8, for a controller that does without every ack.
+    assert data_packets_per_ack(Fixed) < 2.5
+    assert data_packets_per_ack(Found) > 5
+
+
 def test_a_controller_that_raises_fails_the_run_with_its_traceback():
     class Broken(fencepost.Controller):
         def on_ack(self, ack):

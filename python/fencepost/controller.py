@@ -55,10 +55,18 @@ class Controller:
 
     ``on_timeout(loss)``: the retransmission timer expired; ``loss`` as for
     ``on_loss``, with ``lost_bytes`` 0 and ``sent_time`` the expiry.
+
+    ``wants_every_ack``, also read after every call: while true (the default)
+    the peer acks every other packet, as a window that moves only as acks free
+    it needs; set it false once the controller has found the path's rate (out
+    of its slow start) and the connection asks for an ack per eighth of the
+    flight (at most 16), as it does for the built-in controllers out of slow
+    start or Startup. Fewer acks matter where the return path is narrow.
     """
 
     window: float = 10.0
     pacing_rate: Optional[float] = None
+    wants_every_ack: bool = True
     mss: int = 1472
 
     def on_ack(self, ack: "Ack") -> None:

@@ -104,7 +104,7 @@ impl ControllerFactory for PyFactory {
             }
         })
         .flatten();
-        let mut controller = PyController { obj, mss, window: 10 * mss, pacer: None, recovery_start: None, flight: 0, acked: 0, new_bytes: 0, packets: 0, lost_before: 0, lost: 0 };
+        let mut controller = PyController { obj, mss, window: 10 * mss, wants_every_ack: true, pacer: None, recovery_start: None, flight: 0, acked: 0, new_bytes: 0, packets: 0, lost_before: 0, lost: 0 };
         controller.read_window();
         Box::new(controller)
     }
@@ -122,6 +122,8 @@ struct PyController {
     obj: Option<Py<PyAny>>,
     mss: u64,
     window: u64,
+    /// The object's `wants_every_ack`, read with the window (see `Controller::wants_every_ack`).
+    wants_every_ack: bool,
     pacer: Option<Pacer>,
     recovery_start: Option<Instant>,
     flight: u64,
@@ -133,7 +135,7 @@ struct PyController {
 }
 
 impl PyController {
-    /// Calls `method(arg)`, then reads back `window` and `pacing_rate`.
+    /// Calls `method(arg)`, then reads back `window`, `pacing_rate` and `wants_every_ack`.
     fn call(&mut self, method: &str, arg: Option<Py<PyAny>>) {
         let Some(obj) = &self.obj else { return };
         let failed = python(|py| {
@@ -161,17 +163,19 @@ impl PyController {
     fn read_window(&mut self) {
         let Some(obj) = &self.obj else { return };
         let mss = self.mss;
-        let Some(read) = python(|py| -> PyResult<(f64, Option<f64>)> {
+        let Some(read) = python(|py| -> PyResult<(f64, Option<f64>, bool)> {
             let bound = obj.bind(py);
             let window: f64 = bound.getattr("window")?.extract()?;
             let rate: Option<f64> = bound.getattr("pacing_rate")?.extract()?;
-            Ok((window, rate))
+            let wants_every_ack = bound.getattr("wants_every_ack")?.is_truthy()?;
+            Ok((window, rate, wants_every_ack))
         }) else {
             self.obj = None;
             return;
         };
         match read {
-            Ok((window, rate)) => {
+            Ok((window, rate, wants_every_ack)) => {
+                self.wants_every_ack = wants_every_ack;
                 if !window.is_finite() || window < 0.0 {
                     python(|py| record_error(py, "controller.window", pyo3::exceptions::PyValueError::new_err(format!("{window} is not a number of packets (0 or more)"))));
                     self.obj = None;
@@ -187,7 +191,7 @@ impl PyController {
                 }
             }
             Err(e) => {
-                python(|py| record_error(py, "reading controller.window and controller.pacing_rate", e));
+                python(|py| record_error(py, "reading controller.window, controller.pacing_rate and controller.wants_every_ack", e));
                 self.obj = None;
             }
         }
@@ -269,6 +273,10 @@ impl Controller for PyController {
 
     fn window(&self) -> u64 {
         self.window
+    }
+
+    fn wants_every_ack(&self) -> bool {
+        self.wants_every_ack
     }
 
     fn earliest_departure_time(&self) -> Option<Instant> {

@@ -1279,6 +1279,10 @@ impl Controller for Bbr {
         Bbr::random_loss(self)
     }
 
+    fn wants_every_ack(&self) -> bool {
+        self.mode == Mode::Startup
+    }
+
     fn earliest_departure_time(&self) -> Option<Instant> {
         self.pacer.earliest_departure_time()
     }

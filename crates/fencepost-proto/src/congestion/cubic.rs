@@ -271,6 +271,10 @@ impl Controller for Cubic {
         self.cwnd
     }
 
+    fn wants_every_ack(&self) -> bool {
+        self.cwnd < self.ssthresh && self.start != Start::Done
+    }
+
     fn ssthresh(&self) -> Option<u64> {
         (self.ssthresh != u64::MAX).then_some(self.ssthresh)
     }

@@ -177,6 +177,10 @@ impl Controller for Reno {
         self.cwnd
     }
 
+    fn wants_every_ack(&self) -> bool {
+        self.cwnd < self.ssthresh
+    }
+
     fn ssthresh(&self) -> Option<u64> {
         (self.ssthresh != u64::MAX).then_some(self.ssthresh)
     }
