@@ -140,7 +140,7 @@ const PATH_STEP_MIN: Duration = Duration::from_millis(5);
 const QUEUE_ALLOWANCE_MIN: u64 = 4;
 const QUEUE_ALLOWANCE_MAX: u64 = 16;
 /// `tolerant`: the largest loss rate corrected for; beyond it samples are scaled by 3.3 at
-/// most. Loss above it is not what a lossy link does (the mission stops at 60 %) but what a
+/// most. Loss above it is rarely what a lossy link does (fencepost aims at 10-60 %) but what a
 /// bottleneck shared by more flows than it has room for does to each of them, and there
 /// every flow correcting for it fed the loss: a flow that took its minimum RTT from an
 /// already full queue sees no queue, its `p̂` rose with the loss, its estimate with `p̂`
