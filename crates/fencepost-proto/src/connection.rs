@@ -2246,12 +2246,12 @@ impl Connection {
     /// leave fast enough for acks to cost real CPU (a flight of at least
     /// [`ACK_FREQUENCY_MIN_RATE`] packets per second of RTT); else `ack_every` (asking
     /// from the first round, Startup included, cost tolerant 4.5 % at 1 Gbit/s x 100 ms
-    /// with 5 % loss, mean of 8 seeds). The acks' own path may be the
-    /// narrow one: an ack per two data packets at 100 Mbit/s takes 2.4 Mbit/s back, and
-    /// with less the acks set the rate (100 Mbit/s out, 512 kbit/s back: 20 Mbit/s with an
-    /// ack per two, 76 asking). Asks again only when the figure doubles or halves,
-    /// so a request goes out a few times a connection, not per ack. Holes, reordering and
-    /// the FIN are acked at once whatever was asked.
+    /// with 5 % loss, mean of 8 seeds). The acks' own path may be the narrow one: an ack
+    /// per two data packets at 100 Mbit/s takes 2.4 Mbit/s back, and with less the acks
+    /// set the rate (100 Mbit/s out, 512 kbit/s back: 20 Mbit/s with an ack per two, 76
+    /// asking). Asks again only when the figure doubles or halves, so a request goes out
+    /// a few times a connection, not per ack. Holes, reordering and the FIN are acked at
+    /// once whatever was asked.
     fn plan_ack_frequency(&mut self) {
         if self.config.send_policy != SendPolicy::Continuous || self.state != State::Established || !self.rtt.has_sample() {
             return;

@@ -31,8 +31,8 @@ fn a_fast_flow_is_acked_less_often_and_a_starting_one_as_before() {
 
 /// The acks' own path may be the narrow one: at 100 Mbit/s an ack per two data packets
 /// takes 2.4 Mbit/s back (4,200 acks of 72 bytes a second, IP and UDP headers included).
-/// Through 512 kbit/s the acks set the rate (20 Mbit/s for `tolerant` and `bbr`, 24 for CUBIC); asking for an ack per
-/// eighth of the flight once out of Startup frees it.
+/// Through 512 kbit/s the acks set the rate (20 Mbit/s for `tolerant` and `bbr`, 24 for
+/// CUBIC); asking for an ack per eighth of the flight once out of Startup frees it.
 #[test]
 fn a_narrow_return_path_does_not_set_the_rate() {
     for cc in ["tolerant", "bbr", "cubic"] {

@@ -500,7 +500,12 @@ impl Bbr {
 
     /// Bytes in flight that `gain` times the bandwidth-delay product allows.
     fn inflight(&self, gain: f64) -> u64 {
-        match self.min_rtt {
+        self.inflight_over(gain, self.min_rtt)
+    }
+
+    /// As [`Bbr::inflight`], the product taken over `min_rtt` instead of the current minimum.
+    fn inflight_over(&self, gain: f64, min_rtt: Option<Duration>) -> u64 {
+        match min_rtt {
             Some(min_rtt) if self.bw > 0.0 => (gain * self.bw * self.round_trip(min_rtt)) as u64,
             _ => self.initial_cwnd,
         }
@@ -569,13 +574,11 @@ impl Bbr {
         if !self.tolerant() {
             return self.min_pipe_cwnd();
         }
-        let window = match (self.min_rtt, self.expired_min_rtt) {
-            (Some(taken), Some(expired)) if expired < taken && self.bw > 0.0 && self.random_loss <= PROBE_RTT_DEEP_LOSS => {
-                (PROBE_RTT_CWND_GAIN * self.bw * self.round_trip(expired)) as u64
-            }
-            _ => self.inflight(PROBE_RTT_CWND_GAIN),
+        let sized_by = match (self.min_rtt, self.expired_min_rtt) {
+            (Some(taken), Some(expired)) if expired < taken && self.random_loss <= PROBE_RTT_DEEP_LOSS => Some(expired),
+            (taken, _) => taken,
         };
-        window.max(self.min_pipe_cwnd())
+        self.inflight_over(PROBE_RTT_CWND_GAIN, sized_by).max(self.min_pipe_cwnd())
     }
 
     /// Remembers the window to come back to; inside recovery or ProbeRTT the window is
@@ -955,9 +958,10 @@ impl Bbr {
         if !self.tolerant() || self.last_round_queue().is_some_and(|queue| queue > 0.5) {
             return FULL_BW_ROUNDS;
         }
-        // Sampling noise, not the correction: bounded by the rounds, not by MAX_CORRECTED_LOSS.
-        let delivered_share = (1.0 - self.random_loss).max(f64::EPSILON);
-        ((f64::from(FULL_BW_ROUNDS) / delivered_share).ceil().min(f64::from(MAX_QUIET_PLATEAU_ROUNDS)) as u32).max(FULL_BW_ROUNDS)
+        // Sampling noise, not the correction: bounded by the rounds, not by MAX_CORRECTED_LOSS
+        // (the cast saturates when nothing is delivered).
+        let delivered_share = 1.0 - self.random_loss;
+        ((f64::from(FULL_BW_ROUNDS) / delivered_share).ceil() as u32).clamp(FULL_BW_ROUNDS, MAX_QUIET_PLATEAU_ROUNDS)
     }
 
     /// `tolerant`: keeps each second's smallest RTT for [`MIN_RTT_WINDOW`]. When the minimum
