@@ -7,6 +7,7 @@ use quinn_udp::{RecvMeta, Transmit, BATCH_SIZE};
 use std::io::{self, IoSliceMut};
 use std::net::SocketAddr;
 use std::sync::Arc;
+use tokio::io::unix::{AsyncFd, AsyncFdReadyGuard};
 use tokio::io::Interest;
 
 /// Largest datagram (or GRO-coalesced run of datagrams) one receive buffer holds.
@@ -80,12 +81,7 @@ pub(crate) fn start(shared: Arc<Shared>, socket: std::net::UdpSocket) -> io::Res
     let runtime = tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build()?;
     let name = format!("fencepost-driver {}", shared.local_addr);
     std::thread::Builder::new().name(name).spawn(move || {
-        runtime.block_on(async move {
-            match tokio::net::UdpSocket::from_std(socket) {
-                Ok(socket) => run(shared, socket).await,
-                Err(e) => stop(&shared, format!("socket error: {e}")),
-            }
-        })
+        runtime.block_on(run(shared, socket))
     })?;
     Ok(())
 }
@@ -103,7 +99,6 @@ pub(crate) fn spawn(shared: Arc<Shared>, socket: std::net::UdpSocket) -> io::Res
             "a driver placed on the runtime (DriverPlacement::Task) needs its timers: build the runtime with enable_all() or enable_time()",
         ));
     }
-    let socket = tokio::net::UdpSocket::from_std(socket)?;
     tokio::spawn(run(shared, socket));
     Ok(())
 }
@@ -122,8 +117,63 @@ impl Drop for StopOnDrop {
     }
 }
 
-async fn run(shared: Arc<Shared>, socket: tokio::net::UdpSocket) {
+/// The driver's socket, registered with its runtime (for reading and writing, as a tokio
+/// socket is) except while a reader watches it (see `Shared::receive_for_reader`). A
+/// registration is edge-triggered and wakes the runtime's thread whether a task waits or
+/// not: for every datagram that arrives, and for every one sent (from any thread) once the
+/// kernel frees its buffer. In a request/reply exchange that was the driver's thread woken
+/// for every request and every reply beside the reader's, to find nothing to do.
+struct DriverSocket {
+    registered: Option<AsyncFd<std::net::UdpSocket>>,
+    /// The socket while it is not registered.
+    unregistered: Option<std::net::UdpSocket>,
+}
+
+impl DriverSocket {
+    fn new(socket: std::net::UdpSocket) -> io::Result<DriverSocket> {
+        let mut s = DriverSocket { registered: None, unregistered: Some(socket) };
+        s.listen(true)?;
+        Ok(s)
+    }
+
+    fn socket(&self) -> &std::net::UdpSocket {
+        match (&self.registered, &self.unregistered) {
+            (Some(registered), _) => registered.get_ref(),
+            (None, Some(socket)) => socket,
+            (None, None) => unreachable!("the driver's socket is in one place or the other"),
+        }
+    }
+
+    /// Registers the socket with the runtime, or takes it out. A registration finds
+    /// datagrams already waiting (epoll reports them when the socket is added).
+    fn listen(&mut self, on: bool) -> io::Result<()> {
+        if on {
+            if let Some(socket) = self.unregistered.take() {
+                // SAFETY: the `UdpSocket` owns its descriptor, which stays open and the same
+                // while the `AsyncFd` holds it.
+                self.registered = Some(unsafe { AsyncFd::register_with_interest(socket, Interest::READABLE | Interest::WRITABLE)? });
+            }
+        } else if let Some(registered) = self.registered.take() {
+            self.unregistered = Some(registered.into_inner());
+        }
+        Ok(())
+    }
+
+    /// Waits until the socket is readable; never, while it is not registered.
+    async fn readable(&self) -> io::Result<AsyncFdReadyGuard<'_, std::net::UdpSocket>> {
+        match &self.registered {
+            Some(registered) => registered.readable().await,
+            None => std::future::pending().await,
+        }
+    }
+}
+
+async fn run(shared: Arc<Shared>, socket: std::net::UdpSocket) {
     let _stop = StopOnDrop(Arc::downgrade(&shared));
+    let mut socket = match DriverSocket::new(socket) {
+        Ok(socket) => socket,
+        Err(e) => return stop(&shared, format!("socket error: {e}")),
+    };
     let mut inbox = Inbox::new();
     let mut out = Outgoing::new(&shared);
     let mut closing = WakerSet::default();
@@ -146,26 +196,34 @@ async fn run(shared: Arc<Shared>, socket: tokio::net::UdpSocket) {
         // driver next waits.) Not when the wait just ended in a receive that found the socket
         // empty: nothing was sent since, and the call would only say so again.
         if !std::mem::take(&mut drained) {
-            if let Err(e) = receive(&shared, &mut inbox, RECV_ROUNDS, |iovs, metas| shared.udp.recv((&socket).into(), iovs, metas)) {
+            if let Err(e) = receive(&shared, &mut inbox, RECV_ROUNDS, |iovs, metas| shared.udp.recv(socket.socket().into(), iovs, metas)) {
                 stop(&shared, format!("socket error: {e}"));
                 closing.wake();
                 return;
             }
         }
-        let (deadline, sending) = {
+        let (deadline, sending, reader_watches) = {
             let mut st = shared.lock();
             if st.stopped.is_some() {
                 return;
             }
             let deadline = turn(&shared, &mut st, &mut out, &mut closing);
+            // A reader that waits on the socket receives for the driver (see
+            // `Shared::receive_for_reader`): the driver looks again when the reader's watch
+            // lapses, and until then leaves the socket to it.
+            let reader_watches = shared.reader_watches_until(shared.now());
+            let deadline = match (deadline, reader_watches) {
+                (Some(d), Some(r)) => Some(d.min(r)),
+                (d, r) => d.or(r),
+            };
             st.driver_deadline = deadline;
             // While the driver holds datagrams, a writer's thread must not send past them.
             let sending = !out.batches.is_empty();
             st.driver_sending = sending;
-            (deadline, sending)
+            (deadline, sending, reader_watches.is_some())
         };
         while let Some(batch) = out.next_batch() {
-            let sent = send(&shared, &socket, &batch).await;
+            let sent = send(&shared, &mut socket, &batch).await;
             out.recycle(batch);
             if let Err(e) = sent {
                 // A datagram the kernel refuses (a vanished route, ICMP feedback) is a lost
@@ -191,17 +249,27 @@ async fn run(shared: Arc<Shared>, socket: tokio::net::UdpSocket) {
         if sleep.deadline() != sleep_until {
             sleep.as_mut().reset(sleep_until);
         }
+        if let Err(e) = socket.listen(!reader_watches) {
+            stop(&shared, format!("socket error: {e}"));
+            return;
+        }
         tokio::select! {
             // Input first when several are ready, for the same reason.
             biased;
             ready = socket.readable() => {
-                if let Err(e) = ready {
-                    stop(&shared, format!("socket error: {e}"));
-                    return;
-                }
+                let mut ready = match ready {
+                    Ok(ready) => ready,
+                    Err(e) => {
+                        stop(&shared, format!("socket error: {e}"));
+                        return;
+                    }
+                };
                 // Through tokio's readiness, which a WouldBlock resets.
                 let received = receive(&shared, &mut inbox, RECV_ROUNDS, |iovs, metas| {
-                    socket.try_io(Interest::READABLE, || shared.udp.recv((&socket).into(), iovs, metas))
+                    match ready.try_io(|input| shared.udp.recv(input.get_ref().into(), iovs, metas)) {
+                        Ok(result) => result,
+                        Err(_would_block) => Err(io::ErrorKind::WouldBlock.into()),
+                    }
                 });
                 match received {
                     Ok(empty) => drained = empty,
@@ -214,6 +282,7 @@ async fn run(shared: Arc<Shared>, socket: tokio::net::UdpSocket) {
             _ = &mut sleep => {}
             _ = shared.wake_driver.notified() => {}
         }
+        shared.driver_wakeups.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -228,6 +297,7 @@ pub(crate) fn turn(shared: &Shared, st: &mut State, out: &mut Outgoing, closing:
     }
     collect_transmits(st, now, out);
     dispatch(st, closing);
+    closing.take_from(&mut st.closing_after_send);
     // Waiters on a closed connection's last ack: it is in this turn's batches if it is
     // anywhere, so they are woken with the others once those are sent.
     let State { flush_waits, waiters, .. } = st;
@@ -447,12 +517,22 @@ fn collect_transmits(st: &mut State, now: fencepost_proto::Instant, out: &mut Ou
     }
 }
 
-async fn send(shared: &Shared, socket: &tokio::net::UdpSocket, batch: &Batch) -> io::Result<()> {
+async fn send(shared: &Shared, socket: &mut DriverSocket, batch: &Batch) -> io::Result<()> {
     let transmit = batch.transmit();
+    let v6 = shared.local_addr.is_ipv6();
     loop {
-        match socket.try_io(Interest::WRITABLE, || sockio::try_send(&shared.udp, socket, shared.local_addr.is_ipv6(), None, &transmit)) {
+        let Some(registered) = &socket.registered else {
+            match sockio::try_send(&shared.udp, socket.socket(), v6, None, &transmit) {
+                // A full socket buffer: the wait for room needs the registration back
+                // (until the driver next looks whether a reader watches).
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => socket.listen(true)?,
+                sent => return sent,
+            }
+            continue;
+        };
+        match registered.try_io(Interest::WRITABLE, |s| sockio::try_send(&shared.udp, s, v6, None, &transmit)) {
             Ok(()) => return Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => socket.writable().await?,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => drop(registered.writable().await?),
             Err(e) => return Err(e),
         }
     }
@@ -460,7 +540,7 @@ async fn send(shared: &Shared, socket: &tokio::net::UdpSocket, batch: &Batch) ->
 
 /// Moves the core's events to the tasks waiting on them, and forgets connections
 /// that are finished and no longer held. Only connections with news are visited.
-fn dispatch(st: &mut State, closing: &mut WakerSet) {
+pub(crate) fn dispatch(st: &mut State, closing: &mut WakerSet) {
     while let Some((handle, event)) = st.proto.poll_event() {
         let Some(w) = st.waiters.get_mut(&handle) else { continue };
         match event {

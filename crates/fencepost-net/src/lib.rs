@@ -212,6 +212,13 @@ impl WakerSet {
             w.wake();
         }
     }
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+    /// Drops the registration of the task `waker` wakes (it is about to do what it waited for).
+    fn forget(&mut self, waker: &Waker) {
+        self.0.retain(|w| !w.will_wake(waker));
+    }
     /// Moves `other`'s tasks here, to be woken later.
     pub(crate) fn take_from(&mut self, other: &mut WakerSet) {
         for w in other.0.drain(..) {
@@ -264,6 +271,9 @@ struct State {
     /// Closed connections whose application waits in `closed()` for the last ack to leave:
     /// the driver wakes it once it has sent what it holds.
     flush_waits: Vec<ConnectionHandle>,
+    /// Waiters in `closed()` whose connection closed in a receive a reader made: the driver
+    /// wakes them with its own, once what it holds is sent.
+    closing_after_send: WakerSet,
 }
 
 impl State {
@@ -302,11 +312,24 @@ struct Shared {
     reader: Mutex<ReaderWatch>,
     /// Receive calls a reader made that delivered datagrams (see `Endpoint::reader_receives`).
     reader_receives: std::sync::atomic::AtomicU64,
+    /// When a reader last began waiting on the socket itself (the core's clock in µs, plus
+    /// one; 0 for never): for [`READER_WATCH`] after it, the driver leaves the socket to it.
+    reader_parked_at: std::sync::atomic::AtomicU64,
+    /// Times the driver's wait ended (see `Endpoint::driver_wakeups`).
+    driver_wakeups: std::sync::atomic::AtomicU64,
     wake_driver: tokio::sync::Notify,
     epoch: std::time::Instant,
     local_addr: SocketAddr,
     config: EndpointConfig,
 }
+
+/// How long after a reader began waiting on the socket the driver leaves it the socket
+/// (see [`Shared::reader_watches_until`]). It bounds how late anything is that only the driver
+/// would have done, were the reader to stop reading: a datagram waits at most this long
+/// unread, and the driver wakes at least this often while a reader watches. No longer than
+/// the default `ack_coalesce`, so the ack a reader's receive defers is due after the
+/// driver's next wake-up and needs no wake-up of its own.
+pub const READER_WATCH: Duration = Duration::from_millis(1);
 
 /// Receive calls one read may make for itself (see `Shared::receive_for_reader`); past
 /// them it waits for the driver, which wakes it when its data is in.
@@ -334,11 +357,13 @@ impl Shared {
     /// request then reaches the task that answers it in one thread wake-up instead of two
     /// (the driver's, then the reader's). Not in a transfer one way: there the reader's
     /// thread and the driver's took turns at the socket (20 % less rate on loopback).
-    /// The driver still wakes for the same datagrams, finds them taken, and does the rest
-    /// (acks, timers, other tasks' wake-ups), which `wake_driver` asks of it. With many
-    /// connections the driver's one receive serves them all. Returns whether datagrams
-    /// were delivered (read again); otherwise `cx` is woken when more arrive.
-    fn receive_for_reader(&self, cx: &mut Context<'_>) -> bool {
+    /// While it waits, and for [`READER_WATCH`] after, the driver does not wait on the
+    /// socket (its thread woke for every request as well, to find it taken: the round
+    /// trip's tail went to that wake-up); after a receive the reader does what the driver
+    /// would have done at once (see [`Shared::settle_reader_receive`]). With many connections
+    /// the driver's one receive serves them all. Returns whether datagrams were delivered
+    /// (read again); otherwise `cx` is woken when more arrive.
+    fn receive_for_reader(&self, cx: &mut Context<'_>, handle: ConnectionHandle) -> bool {
         let Ok(mut slot) = self.reader.try_lock() else { return false };
         if matches!(*slot, ReaderWatch::Untried) {
             *slot = self.reader_receive().map_or(ReaderWatch::Unavailable, ReaderWatch::Watching);
@@ -352,7 +377,10 @@ impl Shared {
                     *slot = ReaderWatch::Untried;
                     return false;
                 }
-                Poll::Pending => return false,
+                Poll::Pending => {
+                    self.reader_parked_at.store(self.now().total_micros() + 1, std::sync::atomic::Ordering::Relaxed);
+                    return false;
+                }
             };
             let received = driver::receive(self, inbox, 1, |iovs, metas| match ready.try_io(|s| self.udp.recv(s.get_ref().into(), iovs, metas)) {
                 Ok(result) => result,
@@ -363,12 +391,41 @@ impl Shared {
                 Ok(true) => continue,
                 Ok(false) => {
                     self.reader_receives.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    self.wake_driver.notify_one();
+                    if self.settle_reader_receive(cx, handle) {
+                        self.wake_driver.notify_one();
+                    }
                     return true;
                 }
                 Err(_) => return false, // the driver meets the error and stops the endpoint
             }
         }
+    }
+
+    /// The driver's work after a receive that the reader made: the core's events go to the
+    /// tasks waiting on them (not to the reader itself, which reads next), and what is due
+    /// now leaves from this thread. Returns whether the driver must still look: something
+    /// is left to send, a timer falls before the driver's next wake-up, or a connection
+    /// closed (its waiters are woken once its last ack is on the wire, which the driver sees to).
+    fn settle_reader_receive(&self, cx: &Context<'_>, handle: ConnectionHandle) -> bool {
+        let mut st = self.lock();
+        if let Some(w) = st.waiters.get_mut(&handle) {
+            w.read.forget(cx.waker());
+        }
+        let mut closing = WakerSet::default();
+        driver::dispatch(&mut st, &mut closing);
+        let closed = !closing.is_empty();
+        if closed {
+            st.closing_after_send.take_from(&mut closing);
+        }
+        self.send_inline(&mut st) || closed
+    }
+
+    /// Until when the driver leaves the socket to a reader that waits on it (see
+    /// [`READER_WATCH`]), if one does.
+    fn reader_watches_until(&self, now: fencepost_proto::Instant) -> Option<fencepost_proto::Instant> {
+        let parked = self.reader_parked_at.load(std::sync::atomic::Ordering::Relaxed).checked_sub(1)?;
+        let until = fencepost_proto::Instant::from_micros(parked + READER_WATCH.as_micros() as u64);
+        (until > now).then_some(until)
     }
 
     /// The reader's watch on the socket, in the current runtime if it has I/O enabled.
@@ -440,10 +497,13 @@ impl Shared {
                 inline_scratch: vec![0u8; 65_536],
                 driver_sending: false,
                 flush_waits: Vec::new(),
+                closing_after_send: WakerSet::default(),
             }),
             receiving: Mutex::new(()),
             reader: Mutex::new(ReaderWatch::Untried),
             reader_receives: std::sync::atomic::AtomicU64::new(0),
+            reader_parked_at: std::sync::atomic::AtomicU64::new(0),
+            driver_wakeups: std::sync::atomic::AtomicU64::new(0),
             wake_driver: tokio::sync::Notify::new(),
             epoch: std::time::Instant::now(),
             local_addr,
@@ -570,6 +630,13 @@ impl Endpoint {
     /// to receive for it: in a request/reply exchange on the endpoint's only connection.
     pub fn reader_receives(&self) -> u64 {
         self.shared.reader_receives.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Times the endpoint's driver ended a wait (for the socket, a timer or a task's
+    /// request) and looked at its connections again. In a request/reply exchange with a
+    /// watching reader this grows about once per [`READER_WATCH`], not once per datagram.
+    pub fn driver_wakeups(&self) -> u64 {
+        self.shared.driver_wakeups.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Datagrams the endpoint dropped before a connection saw them.
@@ -864,7 +931,7 @@ impl Connection {
                     }
                     let receive_here = exchange && st.waiters.len() == 1 && self.shared.config.driver == DriverPlacement::Thread;
                     drop(st);
-                    if receive_here && receives_left > 0 && self.shared.receive_for_reader(cx) {
+                    if receive_here && receives_left > 0 && self.shared.receive_for_reader(cx, self.handle) {
                         receives_left -= 1;
                         continue;
                     }

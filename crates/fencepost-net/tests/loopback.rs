@@ -53,6 +53,73 @@ async fn a_waiting_reader_receives_for_itself_in_an_exchange_and_keeps_the_order
     assert_eq!(sink.reader_receives(), 0, "a one-way transfer's reader left receiving to the driver");
 }
 
+/// While a reader receives for itself in an exchange, the driver's thread leaves the socket
+/// to it: it looks about once per `READER_WATCH` (1 ms) instead of waking for every
+/// request and reply (each arrival, and each send once the kernel freed its buffer, woke
+/// it: four wake-ups or more per round trip for the two drivers together).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_drivers_sleep_through_an_exchange_their_readers_receive() {
+    let (echo, _) = server(true, TransportConfig::default()).await;
+    let requester = client().await;
+    let mut conn = requester.connect(echo.local_addr()).await.unwrap();
+    let mut exchange = async |i: u32| {
+        let message = [(i % 251) as u8; 64];
+        conn.write_all(&message).await.unwrap();
+        let mut reply = [0u8; 64];
+        tokio::time::timeout(Duration::from_secs(10), conn.read_exact(&mut reply)).await.expect("reply within 10 s").unwrap();
+        assert_eq!(reply, message, "exchange {i}");
+    };
+    for i in 0..50 {
+        exchange(i).await;
+    }
+    let before = requester.driver_wakeups() + echo.driver_wakeups();
+    let started = Instant::now();
+    let round_trips = 2_000;
+    for i in 0..round_trips {
+        exchange(i).await;
+    }
+    let elapsed_ms = started.elapsed().as_millis() as u64;
+    let wakeups = requester.driver_wakeups() + echo.driver_wakeups() - before;
+    // Two drivers looking once a millisecond, twice over for timers and slack. (Only a host
+    // so slow that a round trip takes half a millisecond could pass with a wake-up per datagram.)
+    let bound = 4 * (elapsed_ms + 1) + 100;
+    assert!(wakeups <= bound, "{wakeups} driver wake-ups in {round_trips} round trips over {elapsed_ms} ms (at most {bound})");
+    let stats = conn.stats();
+    assert_eq!(stats.retransmissions, 0, "{stats:?}");
+    conn.close().await.unwrap();
+}
+
+/// A reader that stops reading while it watches the socket (its read dropped, here by a
+/// timeout) leaves the driver deaf for no more than `READER_WATCH`: the driver takes the
+/// socket back and the connection carries on, a transfer each way, without a timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_that_stops_watching_hands_the_socket_back_to_the_driver() {
+    let (echo, _) = server(true, TransportConfig::default()).await;
+    let requester = client().await;
+    let mut conn = requester.connect(echo.local_addr()).await.unwrap();
+    for i in 0..50u8 {
+        conn.write_all(&[i; 64]).await.unwrap();
+        let mut reply = [0u8; 64];
+        conn.read_exact(&mut reply).await.unwrap();
+        assert_eq!(reply, [i; 64]);
+    }
+    assert!(requester.reader_receives() > 0, "the exchange had the reader receive");
+    // A read that finds nothing, given up while the reader waits on the socket.
+    let mut spare = [0u8; 64];
+    assert!(tokio::time::timeout(Duration::from_millis(5), conn.read(&mut spare)).await.is_err(), "nothing was due to arrive");
+    // Two megabytes written while nothing reads: their acks and their echo reach the core
+    // through the driver alone; then all of the echo is read back, byte for byte.
+    let data: Vec<u8> = (0..2_000_000u32).map(|i| (i % 253) as u8).collect();
+    let written = tokio::time::timeout(Duration::from_secs(20), conn.write_all(&data));
+    written.await.expect("the write completes within 20 s").unwrap();
+    let mut echoed = vec![0u8; data.len()];
+    tokio::time::timeout(Duration::from_secs(20), conn.read_exact(&mut echoed)).await.expect("the echo arrives within 20 s").unwrap();
+    assert!(echoed == data, "the echo differs from what was sent");
+    let stats = conn.stats();
+    assert_eq!(stats.retransmission_timeouts, 0, "{stats:?}");
+    conn.close().await.unwrap();
+}
+
 /// A reader on a runtime without I/O cannot watch the socket: it leaves receiving to the
 /// driver's thread, as before, and the exchange goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
