@@ -110,13 +110,14 @@ pub enum DriverPlacement {
     /// long the application's tasks run without yielding, acks go out and timers fire.
     /// A received packet wakes two threads on its way to the application (the driver,
     /// then the reading task's), except in a request/reply exchange on the endpoint's only
-    /// connection, where a waiting reader receives for itself (see
-    /// [`Endpoint::reader_receives`]).
+    /// connection, where a waiting reader receives for itself and the driver's thread
+    /// leaves it the socket (see [`Endpoint::reader_receives`], [`READER_WATCH`]).
     #[default]
     Thread,
     /// As a task on the tokio runtime that binds the endpoint (which needs its I/O and
-    /// timers enabled, `Builder::enable_all`): a received packet wakes one thread, so a
-    /// request-response exchange is faster. The application's tasks share that runtime
+    /// timers enabled, `Builder::enable_all`): a received packet wakes one thread. (In a
+    /// request-response exchange the default now does as well; on a two-worker runtime it
+    /// did better, 2026-11-27.) The application's tasks share that runtime
     /// with the driver: a task that runs long without reaching an `.await` that waits
     /// (copying megabytes into a send buffer, hashing) delays every connection's acks and
     /// timers while it runs, which a peer can see as loss.
@@ -323,8 +324,8 @@ struct Shared {
     config: EndpointConfig,
 }
 
-/// How long after a reader began waiting on the socket the driver leaves it the socket
-/// (see [`Shared::reader_watches_until`]). It bounds how late anything is that only the driver
+/// How long after a reader began waiting on the socket itself (in a request/reply exchange,
+/// see [`Endpoint::reader_receives`]) the driver leaves it the socket. It bounds how late anything is that only the driver
 /// would have done, were the reader to stop reading: a datagram waits at most this long
 /// unread, and the driver wakes at least this often while a reader watches. No longer than
 /// the default `ack_coalesce`, so the ack a reader's receive defers is due after the
