@@ -405,8 +405,8 @@ impl Shared {
     /// The driver's work after a receive that the reader made: the core's events go to the
     /// tasks waiting on them (not to the reader itself, which reads next), and what is due
     /// now leaves from this thread. Returns whether the driver must still look: something
-    /// is left to send (the core's, or a stateless response the receive made: a new peer's
-    /// handshake is for the driver), a timer falls before the driver's next wake-up, or a
+    /// is left to send (the core's, or a stateless response the receive made: a retry, a
+    /// refusal, a reset), a timer falls before the driver's next wake-up, or a
     /// connection closed (its waiters are woken once its last ack is on the wire, which
     /// the driver sees to).
     fn settle_reader_receive(&self, cx: &Context<'_>, handle: ConnectionHandle) -> bool {
