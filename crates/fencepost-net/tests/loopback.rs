@@ -120,6 +120,35 @@ async fn a_reader_that_stops_watching_hands_the_socket_back_to_the_driver() {
     conn.close().await.unwrap();
 }
 
+/// A second peer that connects while the server's only connection has its reader watching
+/// the socket (the driver leaving it the socket) is accepted and served, and the first
+/// exchange goes on beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_peer_is_served_while_a_reader_watches_the_socket() {
+    let (echo, _) = server(true, TransportConfig::default()).await;
+    let first = client().await;
+    let mut a = first.connect(echo.local_addr()).await.unwrap();
+    async fn exchange(conn: &mut fencepost_net::Connection, byte: u8) {
+        conn.write_all(&[byte; 64]).await.unwrap();
+        let mut reply = [0u8; 64];
+        tokio::time::timeout(Duration::from_secs(10), conn.read_exact(&mut reply)).await.expect("reply within 10 s").unwrap();
+        assert_eq!(reply, [byte; 64]);
+    }
+    for i in 0..50 {
+        exchange(&mut a, i).await;
+    }
+    assert!(echo.reader_receives() > 0, "the server's reader receives for itself");
+    let second = client().await;
+    let mut b = tokio::time::timeout(Duration::from_secs(10), second.connect(echo.local_addr())).await.expect("connected within 10 s").unwrap();
+    for i in 0..50 {
+        exchange(&mut b, i).await;
+        exchange(&mut a, i.wrapping_add(100)).await;
+    }
+    assert_eq!(a.stats().retransmission_timeouts, 0, "{:?}", a.stats());
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
+
 /// A reader on a runtime without I/O cannot watch the socket: it leaves receiving to the
 /// driver's thread, as before, and the exchange goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
