@@ -196,7 +196,7 @@ async fn run(shared: Arc<Shared>, socket: std::net::UdpSocket) {
         // driver next waits.) Not when the wait just ended in a receive that found the socket
         // empty: nothing was sent since, and the call would only say so again.
         if !std::mem::take(&mut drained) {
-            if let Err(e) = receive(&shared, &mut inbox, RECV_ROUNDS, |iovs, metas| shared.udp.recv(socket.socket().into(), iovs, metas)) {
+            if let Err(e) = receive(&shared, &mut inbox, RECV_ROUNDS, 1, |iovs, metas| shared.udp.recv(socket.socket().into(), iovs, metas)) {
                 stop(&shared, format!("socket error: {e}"));
                 closing.wake();
                 return;
@@ -265,7 +265,7 @@ async fn run(shared: Arc<Shared>, socket: std::net::UdpSocket) {
                     }
                 };
                 // Through tokio's readiness, which a WouldBlock resets.
-                let received = receive(&shared, &mut inbox, RECV_ROUNDS, |iovs, metas| {
+                let received = receive(&shared, &mut inbox, RECV_ROUNDS, 1, |iovs, metas| {
                     match ready.try_io(|input| shared.udp.recv(input.get_ref().into(), iovs, metas)) {
                         Ok(result) => result,
                         Err(_would_block) => Err(io::ErrorKind::WouldBlock.into()),
@@ -417,11 +417,12 @@ pub(crate) fn receive(
     shared: &Shared,
     inbox: &mut Inbox,
     rounds: usize,
+    buffers_at_least: usize,
     mut recv: impl FnMut(&mut [IoSliceMut<'_>], &mut [RecvMeta]) -> io::Result<usize>,
 ) -> io::Result<bool> {
     // As many buffers as hold an ack stretch when GRO fills each (one at 64 segments, all
     // of them without GRO), so one receive call does not take in many stretches at once.
-    let buffers = (ACK_STRETCH_DATAGRAMS / shared.udp.gro_segments().max(1)).clamp(1, inbox.metas.len());
+    let buffers = (ACK_STRETCH_DATAGRAMS / shared.udp.gro_segments().max(1)).max(buffers_at_least).clamp(1, inbox.metas.len());
     let mut handled = 0;
     for _ in 0..rounds {
         if handled >= ACK_STRETCH_DATAGRAMS {

@@ -383,10 +383,25 @@ impl Shared {
                     return false;
                 }
             };
-            let received = driver::receive(self, inbox, 1, |iovs, metas| match ready.try_io(|s| self.udp.recv(s.get_ref().into(), iovs, metas)) {
-                Ok(result) => result,
-                Err(_would_block) => Err(io::ErrorKind::WouldBlock.into()),
+            // Two buffers at least: a call that fills only one found the socket empty
+            // behind it, and the readiness it saw is cleared here instead of by a
+            // further call that would only fail (the next read would make it, one
+            // system call per message). A datagram arriving since is a new event, which
+            // sets the readiness again.
+            let mut short = false;
+            let received = driver::receive(self, inbox, 1, 2, |iovs, metas| {
+                let offered = iovs.len();
+                match ready.try_io(|s| self.udp.recv(s.get_ref().into(), iovs, metas)) {
+                    Ok(result) => {
+                        short = result.as_ref().is_ok_and(|&n| n < offered);
+                        result
+                    }
+                    Err(_would_block) => Err(io::ErrorKind::WouldBlock.into()),
+                }
             });
+            if short {
+                ready.clear_ready();
+            }
             match received {
                 // Empty (the driver took them): readiness is cleared, wait again.
                 Ok(true) => continue,
