@@ -411,7 +411,9 @@ fn stop(shared: &Shared, why: String) {
 }
 
 /// Reads the socket into the core, up to `rounds` receive calls, through `recv` (one
-/// call of `recvmmsg`, straight or through tokio's readiness).
+/// call of `recvmmsg`, straight or through tokio's readiness), each offered at least
+/// `buffers_at_least` buffers (a reader offers two, to learn from a call that fills one
+/// that the socket is empty behind it).
 /// Returns whether it stopped because the socket was empty (not at a bound).
 pub(crate) fn receive(
     shared: &Shared,
