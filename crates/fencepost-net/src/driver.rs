@@ -81,7 +81,12 @@ pub(crate) fn start(shared: Arc<Shared>, socket: std::net::UdpSocket) -> io::Res
     let runtime = tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build()?;
     let name = format!("fencepost-driver {}", shared.local_addr);
     std::thread::Builder::new().name(name).spawn(move || {
-        runtime.block_on(run(shared, socket))
+        runtime.block_on(async move {
+            match DriverSocket::new(socket) {
+                Ok(socket) => run(shared, socket).await,
+                Err(e) => stop(&shared, format!("socket error: {e}")),
+            }
+        })
     })?;
     Ok(())
 }
@@ -99,7 +104,13 @@ pub(crate) fn spawn(shared: Arc<Shared>, socket: std::net::UdpSocket) -> io::Res
             "a driver placed on the runtime (DriverPlacement::Task) needs its timers: build the runtime with enable_all() or enable_time()",
         ));
     }
-    tokio::spawn(run(shared, socket));
+    // Likewise its socket, registered with the runtime's I/O driver, which tokio refuses
+    // with a panic where there is none.
+    let registered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| DriverSocket::new(socket)));
+    let Ok(socket) = registered else {
+        return Err(io::Error::other("a driver placed on the runtime (DriverPlacement::Task) needs its I/O: build the runtime with enable_all() or enable_io()"));
+    };
+    tokio::spawn(run(shared, socket?));
     Ok(())
 }
 
@@ -168,12 +179,8 @@ impl DriverSocket {
     }
 }
 
-async fn run(shared: Arc<Shared>, socket: std::net::UdpSocket) {
+async fn run(shared: Arc<Shared>, mut socket: DriverSocket) {
     let _stop = StopOnDrop(Arc::downgrade(&shared));
-    let mut socket = match DriverSocket::new(socket) {
-        Ok(socket) => socket,
-        Err(e) => return stop(&shared, format!("socket error: {e}")),
-    };
     let mut inbox = Inbox::new();
     let mut out = Outgoing::new(&shared);
     let mut closing = WakerSet::default();

@@ -531,6 +531,15 @@ fn a_driver_task_on_a_runtime_without_timers_is_refused_with_the_remedy() {
     assert!(err.to_string().contains("enable_all"), "{err}");
 }
 
+/// Nor without I/O, where the driver's socket cannot be registered.
+#[test]
+fn a_driver_task_on_a_runtime_without_io_is_refused_with_the_remedy() {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    let config = EndpointConfig { driver: DriverPlacement::Task, ..EndpointConfig::client(TransportConfig::default()) };
+    let err = runtime.block_on(Endpoint::bind(localhost(), config)).err().expect("bind must fail without I/O");
+    assert!(err.to_string().contains("enable_io"), "{err}");
+}
+
 /// A driver task goes with its runtime: the connections it drove then fail with a clear
 /// error instead of waiting for it.
 #[test]
