@@ -9,8 +9,17 @@
 # One thread after the changes in docs/simulation.md ("One run on two threads", 2026-11-25, same reports):
 # tolerant 152-155x, bbr 163-164x, none:window=512 181-189x, tolerant with real-cipher=true 95x;
 # two threads tolerant 165-185x, bbr 169-193x (three full runs each, a quiet spell).
+# 2026-11-27: tolerant 143-152x on one thread, 247-278x on two; bbr 159-164x, 239-260x.
+# Each line is the median of reps=N runs (default 3), with the slowest and fastest beside it.
 # Usage: bash bench/sim_speed.sh [BYTES] [OPTION=VALUE ...], e.g. 100MB cc=bbr real-cipher=true
+# With no options it runs every controller on one thread and then on two (parallel=true).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet -p fencepost-sim --example sim_speed
+if [ $# -le 1 ]; then
+    echo "== one thread"
+    ./target/release/examples/sim_speed "${1:-100MB}"
+    echo "== two threads (parallel=true)"
+    exec ./target/release/examples/sim_speed "${1:-100MB}" parallel=true
+fi
 exec ./target/release/examples/sim_speed "${1:-100MB}" "${@:2}"
