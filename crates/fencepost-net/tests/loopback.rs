@@ -54,9 +54,10 @@ async fn a_waiting_reader_receives_for_itself_in_an_exchange_and_keeps_the_order
 }
 
 /// While a reader receives for itself in an exchange, the driver's thread leaves the socket
-/// to it: it looks about once per `READER_WATCH` (1 ms) instead of waking for every
-/// request and reply (each arrival, and each send once the kernel freed its buffer, woke
-/// it: four wake-ups or more per round trip for the two drivers together).
+/// to it: it looks about once per `READER_WATCH` (1 ms) instead of waking for the requests
+/// and replies (each arrival, and each send once the kernel freed its buffer, woke it:
+/// with the socket registered throughout, the two drivers woke 2,156 times in 2,000 round
+/// trips of 58 µs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_drivers_sleep_through_an_exchange_their_readers_receive() {
     let (echo, _) = server(true, TransportConfig::default()).await;
@@ -80,8 +81,9 @@ async fn the_drivers_sleep_through_an_exchange_their_readers_receive() {
     }
     let elapsed_ms = started.elapsed().as_millis() as u64;
     let wakeups = requester.driver_wakeups() + echo.driver_wakeups() - before;
-    // Two drivers looking once a millisecond, twice over for timers and slack. (Only a host
-    // so slow that a round trip takes half a millisecond could pass with a wake-up per datagram.)
+    // Two drivers looking once a millisecond, twice over for timers and slack. (With a
+    // wake-up per round trip, as before, only a host whose round trip took a quarter of a
+    // millisecond or more would pass.)
     let bound = 4 * (elapsed_ms + 1) + 100;
     assert!(wakeups <= bound, "{wakeups} driver wake-ups in {round_trips} round trips over {elapsed_ms} ms (at most {bound})");
     let stats = conn.stats();
