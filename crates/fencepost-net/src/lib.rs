@@ -325,11 +325,11 @@ struct Shared {
 }
 
 /// How long after a reader began waiting on the socket itself (in a request/reply exchange,
-/// see [`Endpoint::reader_receives`]) the driver leaves it the socket. It bounds how late anything is that only the driver
-/// would have done, were the reader to stop reading: a datagram waits at most this long
-/// unread, and the driver wakes at least this often while a reader watches. No longer than
-/// the default `ack_coalesce`, so the ack a reader's receive defers is due after the
-/// driver's next wake-up and needs no wake-up of its own.
+/// see [`Endpoint::reader_receives`]) the driver leaves it the socket. It bounds how late
+/// anything is that only the driver would have done, were the reader to stop reading: a
+/// datagram waits at most this long unread, and the driver wakes at least this often while
+/// a reader watches. No longer than the default `ack_coalesce`, so the ack a reader's
+/// receive defers is due after the driver's next wake-up and needs no wake-up of its own.
 pub const READER_WATCH: Duration = Duration::from_millis(1);
 
 /// Receive calls one read may make for itself (see `Shared::receive_for_reader`); past
