@@ -218,7 +218,7 @@ async fn run(shared: Arc<Shared>, mut socket: DriverSocket) {
             // A reader that waits on the socket receives for the driver (see
             // `Shared::receive_for_reader`): the driver looks again when the reader's watch
             // lapses, and until then leaves the socket to it.
-            let reader_watches = shared.reader_watches_until(shared.now());
+            let reader_watches = shared.reader_watches_until();
             let deadline = match (deadline, reader_watches) {
                 (Some(d), Some(r)) => Some(d.min(r)),
                 (d, r) => d.or(r),

@@ -439,11 +439,12 @@ impl Shared {
     }
 
     /// Until when the driver leaves the socket to a reader that waits on it (see
-    /// [`READER_WATCH`]), if one does.
-    fn reader_watches_until(&self, now: fencepost_proto::Instant) -> Option<fencepost_proto::Instant> {
+    /// [`READER_WATCH`]), if one does. (The clock is read only if a reader ever waited:
+    /// never in a one-way transfer, where this runs every driver turn.)
+    fn reader_watches_until(&self) -> Option<fencepost_proto::Instant> {
         let parked = self.reader_parked_at.load(std::sync::atomic::Ordering::Relaxed).checked_sub(1)?;
         let until = fencepost_proto::Instant::from_micros(parked + READER_WATCH.as_micros() as u64);
-        (until > now).then_some(until)
+        (until > self.now()).then_some(until)
     }
 
     /// The reader's watch on the socket, in the current runtime if it has I/O enabled.

@@ -24,6 +24,14 @@ async fn client() -> Endpoint {
     Endpoint::bind(localhost(), EndpointConfig::client(TransportConfig::default())).await.unwrap()
 }
 
+/// One round trip through an echo: 64 bytes of `byte` out, the same 64 back within 10 s.
+async fn exchange(conn: &mut fencepost_net::Connection, byte: u8) {
+    conn.write_all(&[byte; 64]).await.unwrap();
+    let mut reply = [0u8; 64];
+    tokio::time::timeout(Duration::from_secs(10), conn.read_exact(&mut reply)).await.expect("reply within 10 s").unwrap();
+    assert_eq!(reply, [byte; 64]);
+}
+
 /// A request/reply exchange with the driver on its own thread (the default): a reader that
 /// waits receives for itself, on its own thread, so a reply reaches it in one wake-up. The
 /// exchange stays byte-exact and in order (the reader's receive and the driver's never
@@ -63,21 +71,14 @@ async fn the_drivers_sleep_through_an_exchange_their_readers_receive() {
     let (echo, _) = server(true, TransportConfig::default()).await;
     let requester = client().await;
     let mut conn = requester.connect(echo.local_addr()).await.unwrap();
-    let mut exchange = async |i: u32| {
-        let message = [(i % 251) as u8; 64];
-        conn.write_all(&message).await.unwrap();
-        let mut reply = [0u8; 64];
-        tokio::time::timeout(Duration::from_secs(10), conn.read_exact(&mut reply)).await.expect("reply within 10 s").unwrap();
-        assert_eq!(reply, message, "exchange {i}");
-    };
     for i in 0..50 {
-        exchange(i).await;
+        exchange(&mut conn, i).await;
     }
     let before = requester.driver_wakeups() + echo.driver_wakeups();
     let started = Instant::now();
     let round_trips = 2_000;
     for i in 0..round_trips {
-        exchange(i).await;
+        exchange(&mut conn, (i % 251) as u8).await;
     }
     let elapsed_ms = started.elapsed().as_millis() as u64;
     let wakeups = requester.driver_wakeups() + echo.driver_wakeups() - before;
@@ -99,11 +100,8 @@ async fn a_reader_that_stops_watching_hands_the_socket_back_to_the_driver() {
     let (echo, _) = server(true, TransportConfig::default()).await;
     let requester = client().await;
     let mut conn = requester.connect(echo.local_addr()).await.unwrap();
-    for i in 0..50u8 {
-        conn.write_all(&[i; 64]).await.unwrap();
-        let mut reply = [0u8; 64];
-        conn.read_exact(&mut reply).await.unwrap();
-        assert_eq!(reply, [i; 64]);
+    for i in 0..50 {
+        exchange(&mut conn, i).await;
     }
     assert!(requester.reader_receives() > 0, "the exchange had the reader receive");
     // A read that finds nothing, given up while the reader waits on the socket.
@@ -130,12 +128,6 @@ async fn a_new_peer_is_served_while_a_reader_watches_the_socket() {
     let (echo, _) = server(true, TransportConfig::default()).await;
     let first = client().await;
     let mut a = first.connect(echo.local_addr()).await.unwrap();
-    async fn exchange(conn: &mut fencepost_net::Connection, byte: u8) {
-        conn.write_all(&[byte; 64]).await.unwrap();
-        let mut reply = [0u8; 64];
-        tokio::time::timeout(Duration::from_secs(10), conn.read_exact(&mut reply)).await.expect("reply within 10 s").unwrap();
-        assert_eq!(reply, [byte; 64]);
-    }
     for i in 0..50 {
         exchange(&mut a, i).await;
     }
