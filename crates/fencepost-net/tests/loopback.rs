@@ -32,6 +32,19 @@ async fn exchange(conn: &mut fencepost_net::Connection, byte: u8) {
     assert_eq!(reply, [byte; 64]);
 }
 
+/// An echo server, a client and a connection between them that has made 50 exchanges, so
+/// each side's reader has begun receiving for itself. (The endpoints are returned to keep
+/// them alive.)
+async fn warmed_exchange() -> (Endpoint, Endpoint, fencepost_net::Connection) {
+    let (echo, _) = server(true, TransportConfig::default()).await;
+    let requester = client().await;
+    let mut conn = requester.connect(echo.local_addr()).await.unwrap();
+    for i in 0..50 {
+        exchange(&mut conn, i).await;
+    }
+    (echo, requester, conn)
+}
+
 /// A request/reply exchange with the driver on its own thread (the default): a reader that
 /// waits receives for itself, on its own thread, so a reply reaches it in one wake-up. The
 /// exchange stays byte-exact and in order (the reader's receive and the driver's never
@@ -68,12 +81,7 @@ async fn a_waiting_reader_receives_for_itself_in_an_exchange_and_keeps_the_order
 /// trips of 58 µs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_drivers_sleep_through_an_exchange_their_readers_receive() {
-    let (echo, _) = server(true, TransportConfig::default()).await;
-    let requester = client().await;
-    let mut conn = requester.connect(echo.local_addr()).await.unwrap();
-    for i in 0..50 {
-        exchange(&mut conn, i).await;
-    }
+    let (echo, requester, mut conn) = warmed_exchange().await;
     let before = requester.driver_wakeups() + echo.driver_wakeups();
     let started = Instant::now();
     let round_trips = 2_000;
@@ -97,12 +105,7 @@ async fn the_drivers_sleep_through_an_exchange_their_readers_receive() {
 /// socket back and the connection carries on, a transfer each way, without a timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_that_stops_watching_hands_the_socket_back_to_the_driver() {
-    let (echo, _) = server(true, TransportConfig::default()).await;
-    let requester = client().await;
-    let mut conn = requester.connect(echo.local_addr()).await.unwrap();
-    for i in 0..50 {
-        exchange(&mut conn, i).await;
-    }
+    let (_echo, requester, mut conn) = warmed_exchange().await;
     assert!(requester.reader_receives() > 0, "the exchange had the reader receive");
     // A read that finds nothing, given up while the reader waits on the socket.
     let mut spare = [0u8; 64];
@@ -125,12 +128,7 @@ async fn a_reader_that_stops_watching_hands_the_socket_back_to_the_driver() {
 /// exchange goes on beside it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_peer_is_served_while_a_reader_watches_the_socket() {
-    let (echo, _) = server(true, TransportConfig::default()).await;
-    let first = client().await;
-    let mut a = first.connect(echo.local_addr()).await.unwrap();
-    for i in 0..50 {
-        exchange(&mut a, i).await;
-    }
+    let (echo, _first, mut a) = warmed_exchange().await;
     assert!(echo.reader_receives() > 0, "the server's reader receives for itself");
     let second = client().await;
     let mut b = tokio::time::timeout(Duration::from_secs(10), second.connect(echo.local_addr())).await.expect("connected within 10 s").unwrap();
