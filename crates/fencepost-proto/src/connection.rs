@@ -27,6 +27,7 @@ use crate::timer::{Timer, TimerTable};
 use crate::send_buffer::ByteSource;
 use crate::trace::{LossTrigger, TraceEvent};
 use crate::fec;
+use crate::ack_thinning::{AckObservation, AckThinning, Sparser};
 use crate::wire::{self, Ack, AckFrequency, Body, Close, FarAck, Feedback, Handshake, HandshakePhase, Header, Keepalive, Packet, PacketType, Repair, Reset, ResetReason, SecureHandshake, StatelessReset};
 use std::collections::VecDeque;
 use std::fmt;
@@ -431,13 +432,20 @@ pub struct Connection {
     last_ride: Option<Instant>,
     /// Losses already told to the redundancy stage.
     losses_reported: u64,
-    /// Ack frequency, data sender's side: the packets per ack last asked of the peer (its
-    /// own `ack_every` until asked), the number of the next request, and a request to send.
-    ack_frequency_asked: u16,
+    /// Ack frequency, data sender's side: the packets per ack and the longest hold last
+    /// asked of the peer (its own `ack_every` and maximum ack delay until asked; a zero
+    /// hold leaves the peer's own), the number of the next request, and a request to send.
+    ack_frequency_asked: (u16, Duration),
     ack_frequency_next: u32,
-    ack_frequency_due: Option<u16>,
-    /// Data receiver's side: the peer's latest request (its number, packets per ack).
-    peer_ack_frequency: Option<(u32, u16)>,
+    ack_frequency_due: Option<(u16, Duration)>,
+    /// The longest hold the peer may still apply: the larger of the last two asked (a
+    /// request may be lost or overtaken). The retransmission timeout allows for it.
+    ack_hold_allowed: Duration,
+    /// Asks for sparser acks where the acks' own path limits the rate (`ack_thinning`).
+    ack_thinning: AckThinning,
+    /// Data receiver's side: the peer's latest request (its number, packets per ack, the
+    /// longest hold; zero for our own `max_ack_delay`).
+    peer_ack_frequency: Option<(u32, u16, Duration)>,
 }
 
 /// Data packets between two feedback packets to a peer that sends repairs, while packets go missing.
@@ -461,6 +469,10 @@ const ACK_FREQUENCY_MAX: u64 = 16;
 /// when its controller wants every ack: about 600 Mbit/s of full-sized packets, where an
 /// ack per two packets is 25,000 a second.
 const ACK_FREQUENCY_MIN_RATE: u64 = 50_000;
+
+/// The longest a receiver holds an ack whatever its peer asks: beyond it a sender would
+/// wait more than a quarter second to hear of a tail packet.
+const MAX_ACK_HOLD: Duration = Duration::from_millis(250);
 
 /// Whether an ack-frequency request numbered `sequence` is newer than the latest taken:
 /// requests may arrive out of order, and numbers compare in serial-number order (they wrap).
@@ -570,9 +582,11 @@ impl Connection {
             feedback_missing_at: 0,
             last_ride: None,
             losses_reported: 0,
-            ack_frequency_asked: u16::try_from(config.ack_every).unwrap_or(u16::MAX),
+            ack_frequency_asked: (u16::try_from(config.ack_every).unwrap_or(u16::MAX), Duration::ZERO),
             ack_frequency_next: 0,
             ack_frequency_due: None,
+            ack_hold_allowed: Duration::ZERO,
+            ack_thinning: AckThinning::default(),
             peer_ack_frequency: None,
             config,
         }
@@ -1080,8 +1094,9 @@ impl Connection {
             Body::AckFrequency(request) => {
                 self.confirm_server(now);
                 self.trace_received(now, PacketType::AckFrequency, None, datagram.len());
-                if newer_request(self.peer_ack_frequency.map(|(latest, _)| latest), request.sequence) {
-                    self.peer_ack_frequency = Some((request.sequence, request.packets));
+                if newer_request(self.peer_ack_frequency.map(|(latest, _, _)| latest), request.sequence) {
+                    let hold = Duration::from_micros(u64::from(request.max_delay_us)).min(MAX_ACK_HOLD);
+                    self.peer_ack_frequency = Some((request.sequence, request.packets, hold));
                 }
             }
             Body::Keepalive(k) => {
@@ -1370,11 +1385,13 @@ impl Connection {
                 return Some(transmit);
             }
         }
-        if let Some(packets) = self.ack_frequency_due.take() {
-            self.ack_frequency_asked = packets;
+        if let Some((packets, hold)) = self.ack_frequency_due.take() {
+            self.ack_hold_allowed = hold.max(self.ack_frequency_asked.1);
+            self.ack_frequency_asked = (packets, hold);
             let sequence = self.ack_frequency_next;
             self.ack_frequency_next = sequence.wrapping_add(1);
-            let packet = Packet { dst_cid: self.peer_cid, body: Body::AckFrequency(AckFrequency { sequence, packets }) };
+            let max_delay_us = u32::try_from(hold.total_micros()).unwrap_or(u32::MAX);
+            let packet = Packet { dst_cid: self.peer_cid, body: Body::AckFrequency(AckFrequency { sequence, packets, max_delay_us }) };
             self.stats.ack_frequency_requests_sent += 1;
             return self.emit(now, &packet, buf, None, false);
         }
@@ -1580,7 +1597,7 @@ impl Connection {
                             self.ack_now = true;
                         }
                     } else if self.timers.get(Timer::Ack).is_none() {
-                        self.timers.set(Timer::Ack, now + self.config.max_ack_delay);
+                        self.timers.set(Timer::Ack, now + self.ack_hold());
                     }
                 }
             }
@@ -1829,6 +1846,23 @@ impl Connection {
             app_limited: self.delivery.is_app_limited(),
         };
         self.controller.on_ack_batch(now, &batch, &self.rtt);
+        if self.config.send_policy == SendPolicy::Continuous && self.state == State::Established {
+            let sparser = self.ack_thinning.on_ack(&AckObservation {
+                now,
+                smoothed_rtt: self.rtt.get(),
+                min_rtt: self.rtt.min(),
+                rtt_variation: self.rtt.var(),
+                rtt_sample: sample.map(|s| s.rtt),
+                delivery_rate: sample.map(|s| (s.delivery_rate, s.is_app_limited)),
+                lost: batch.newly_lost > 0,
+                eligible: self.controller.rate_model_settled(),
+            });
+            match sparser {
+                Some(Sparser::Tried) => self.stats.sparser_ack_trials += 1,
+                Some(Sparser::Kept) => self.stats.sparser_ack_trials_kept += 1,
+                None => {}
+            }
+        }
         if newly_acked > 0 {
             self.trace_metrics(now);
         }
@@ -2260,10 +2294,39 @@ impl Connection {
         let floor = u64::from(self.config.ack_every.max(1));
         let fast = in_flight * 1_000_000 >= ACK_FREQUENCY_MIN_RATE * self.rtt.get().total_micros().max(1);
         let fewer = fast || !self.controller.wants_every_ack();
-        let want = if fewer { (in_flight / ACK_FREQUENCY_SHARE).clamp(floor, ACK_FREQUENCY_MAX.max(floor)) } else { floor } as u16;
-        let asked = self.ack_frequency_due.unwrap_or(self.ack_frequency_asked);
-        if want >= asked.saturating_mul(2) || want <= asked / 2 {
-            self.ack_frequency_due = Some(want);
+        let mut want = if fewer { (in_flight / ACK_FREQUENCY_SHARE).clamp(floor, ACK_FREQUENCY_MAX.max(floor)) } else { floor };
+        let mut hold = Duration::ZERO;
+        let level = self.ack_thinning.level();
+        if level > 0 {
+            // The acks' path is the narrow one: 2^level times sparser, still two per flight,
+            // and held long enough to gather that many (at the peer's default 5 ms, packets
+            // arriving further apart were acked one by one whatever was asked). A flight too
+            // small to thin is not held either: a window of four packets whose acks waited
+            // half an RTT sent half as much.
+            want = (want << level).min((in_flight / 2).max(floor));
+            if want > floor {
+                hold = (self.rtt.get() / 2).max(self.config.max_ack_delay).min(MAX_ACK_HOLD);
+            }
+        }
+        let want = want.min(u64::from(u16::MAX)) as u16;
+        let (asked, asked_hold) = self.ack_frequency_due.unwrap_or(self.ack_frequency_asked);
+        // A hold asked again when it appears, goes, or has doubled or halved.
+        let hold_moved = if hold == Duration::ZERO || asked_hold == Duration::ZERO {
+            hold != asked_hold
+        } else {
+            hold.total_micros() >= asked_hold.total_micros().saturating_mul(2) || hold.total_micros() <= asked_hold.total_micros() / 2
+        };
+        if want >= asked.saturating_mul(2) || want <= asked / 2 || hold_moved {
+            self.ack_frequency_due = Some((want, hold));
+        }
+    }
+
+    /// How long a receiver holds an ack that is not yet due by count: what the peer asked
+    /// (see `plan_ack_frequency`), else its own `max_ack_delay`.
+    fn ack_hold(&self) -> Duration {
+        match self.peer_ack_frequency {
+            Some((_, _, hold)) if hold > Duration::ZERO => hold,
+            _ => self.config.max_ack_delay,
         }
     }
 
@@ -2284,7 +2347,7 @@ impl Connection {
     /// it bounds any ack. On a path whose RTT exceeds `max_ack_delay`, `ack_every`.
     fn ack_every_now(&self) -> u32 {
         // What the peer asked for, if it did (see `plan_ack_frequency`); else our own setting.
-        let every = self.peer_ack_frequency.map_or(self.config.ack_every, |(_, packets)| u32::from(packets));
+        let every = self.peer_ack_frequency.map_or(self.config.ack_every, |(_, packets, _)| u32::from(packets));
         if self.config.ack_coalesce == Duration::ZERO || !self.exchange_alternates() || !self.rtt.has_sample() {
             return every;
         }
@@ -2533,7 +2596,7 @@ impl Connection {
             _ => {}
         }
         let continuous = self.config.send_policy == SendPolicy::Continuous;
-        let rto = self.rtt.rto(self.config.max_ack_delay, self.config.min_rto, self.config.max_rto);
+        let rto = self.rtt.rto(self.config.max_ack_delay.max(self.ack_hold_allowed), self.config.min_rto, self.config.max_rto);
         let doublings = self.rto_backoff.min(self.controller.max_timeout_doublings()).min(16);
         // Backing off is bounded by the profile, and so that about thirty probes fit in one idle
         // timeout: on a path that loses half the packets each way, a probe and its answer both

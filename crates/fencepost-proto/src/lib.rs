@@ -6,6 +6,7 @@
 //! [`Connection`] is one side of a connection; [`Endpoint`] routes datagrams
 //! for many. The wire format is specified in `docs/protocol.md`.
 
+mod ack_thinning;
 pub mod assembler;
 pub mod config;
 pub mod congestion;

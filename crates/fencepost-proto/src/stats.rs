@@ -19,6 +19,10 @@ pub struct ConnectionStats {
     pub feedback_sent: u64,
     /// Requests for an ack frequency sent to the peer (a data sender's, when its flight grows or shrinks).
     pub ack_frequency_requests_sent: u64,
+    /// A data sender's trials of sparser acks (the acks' own path seemed to limit the rate),
+    /// and those kept because the rate rose or the queue of acks drained.
+    pub sparser_ack_trials: u64,
+    pub sparser_ack_trials_kept: u64,
     /// Far acks sent: the fence beyond an ack's bitmap, while packets were held that far out.
     pub far_acks_sent: u64,
 

@@ -36,7 +36,7 @@ pub const REPAIR_OVERHEAD: usize = HEADER_LEN + 7;
 /// Header + packets expected (8) + packets missing (8).
 pub const FEEDBACK_LEN: usize = HEADER_LEN + 16;
 /// Header + sequence number of the request (4) + packets per ack (2).
-pub const ACK_FREQUENCY_LEN: usize = HEADER_LEN + 6;
+pub const ACK_FREQUENCY_LEN: usize = HEADER_LEN + 10;
 /// A far ack without its bitmap: the header, `fence_base`, `start` and `bitmap_len`.
 pub const FAR_ACK_FIXED_LEN: usize = HEADER_LEN + 10;
 /// Smallest payload a peer may announce; below it a data packet is mostly header.
@@ -258,13 +258,14 @@ pub struct Feedback {
 }
 
 /// A data sender asks its peer to ack once per `packets` ack-eliciting packets (holes,
-/// reordering and the end of the stream are still acked at once, and no ack waits longer
-/// than the peer's maximum ack delay). Requests are numbered so that a late one does not
-/// undo a newer one.
+/// reordering and the end of the stream are still acked at once), holding an ack at most
+/// `max_delay_us` microseconds (`0`: the peer's own maximum ack delay). Requests are
+/// numbered so that a late one does not undo a newer one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AckFrequency {
     pub sequence: u32,
     pub packets: u16,
+    pub max_delay_us: u32,
 }
 
 /// The fence beyond an ack's bitmap, sent right after the ack when the receiver holds
@@ -428,7 +429,7 @@ impl<'a> Packet<'a> {
             }
             PacketType::AckFrequency => {
                 r.need(ACK_FREQUENCY_LEN - HEADER_LEN)?;
-                let request = AckFrequency { sequence: r.u32(), packets: r.u16() };
+                let request = AckFrequency { sequence: r.u32(), packets: r.u16(), max_delay_us: r.u32() };
                 r.finish()?;
                 if request.packets == 0 {
                     return Err(DecodeError::InvalidField("packets"));
@@ -540,6 +541,7 @@ impl<'a> Packet<'a> {
             Body::AckFrequency(a) => {
                 w.u32(a.sequence);
                 w.u16(a.packets);
+                w.u32(a.max_delay_us);
             }
             Body::FarAck(a) => {
                 let bitmap_len = join_bitmap_len(a.bitmap.len(), a.far_follows)?;
@@ -897,7 +899,7 @@ mod tests {
         ("keepalive", "01 06 0a0b0c0d 00002710"),
         ("repair", "01 08 11223344 02 00000007 10 03 a1b2c3"),
         ("feedback", "01 09 0a0b0c0d 0000000000000080 0000000000000009"),
-        ("ack-frequency", "01 0a 11223344 00000003 0010"),
+        ("ack-frequency", "01 0a 11223344 00000003 0010 00004e20"),
         ("far-ack", "01 0b 0a0b0c0d 00000005 00002006 0002 0180"),
     ];
 
@@ -975,10 +977,10 @@ mod tests {
         roundtrip(Packet { dst_cid: 0x0a0b0c0d, body: Body::Feedback(Feedback { expected: 128, missing: 9 }) }, vector("feedback"));
         assert_eq!(Packet::parse(&hex("01 08 11223344 02 00000007 00 03 a1")), Err(DecodeError::InvalidField("span")));
         assert_eq!(Packet::parse(&hex("01 09 0a0b0c0d 0000000000000001 0000000000000002")), Err(DecodeError::InvalidField("missing")));
-        roundtrip(Packet { dst_cid: 0x11223344, body: Body::AckFrequency(AckFrequency { sequence: 3, packets: 16 }) }, vector("ack-frequency"));
-        assert_eq!(Packet::parse(&hex("01 0a 11223344 00000003 0000")), Err(DecodeError::InvalidField("packets")));
-        assert!(Packet::parse(&hex("01 0a 11223344 00000003 00")).is_err(), "truncated");
-        assert!(Packet::parse(&hex("01 0a 11223344 00000003 0010 00")).is_err(), "trailing byte");
+        roundtrip(Packet { dst_cid: 0x11223344, body: Body::AckFrequency(AckFrequency { sequence: 3, packets: 16, max_delay_us: 20_000 }) }, vector("ack-frequency"));
+        assert_eq!(Packet::parse(&hex("01 0a 11223344 00000003 0000 00000000")), Err(DecodeError::InvalidField("packets")));
+        assert!(Packet::parse(&hex("01 0a 11223344 00000003 0010")).is_err(), "truncated (the 12-byte request before max_delay)");
+        assert!(Packet::parse(&hex("01 0a 11223344 00000003 0010 00004e20 00")).is_err(), "trailing byte");
         // Fence base 5; bits 0 and 15 from 8198: sequence numbers 8198 and 8213 arrived.
         roundtrip(Packet { dst_cid: 0x0a0b0c0d, body: Body::FarAck(FarAck { fence_base: 5, start: 8198, bitmap: &[0x01, 0x80], far_follows: false }) }, vector("far-ack"));
         // Bit 15 of the length: another far ack follows.

@@ -746,6 +746,8 @@ impl Simulation {
                 peer_packets_sent: s.packets_sent,
                 peer_data_packets_sent: s.data_packets_sent,
                 peer_acks_sent: s.acks_sent,
+                sparser_ack_trials: c.sparser_ack_trials,
+                sparser_ack_trials_kept: c.sparser_ack_trials_kept,
                 rtt_samples: flow.snapshot.rtt_count as usize,
                 rtt_mean_ms,
                 rtt_p95_ms,

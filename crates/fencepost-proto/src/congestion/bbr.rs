@@ -1302,6 +1302,10 @@ impl Controller for Bbr {
         self.mode == Mode::Startup
     }
 
+    fn rate_model_settled(&self) -> bool {
+        self.mode == Mode::ProbeBw
+    }
+
     fn earliest_departure_time(&self) -> Option<Instant> {
         self.pacer.earliest_departure_time()
     }

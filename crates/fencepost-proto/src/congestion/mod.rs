@@ -180,6 +180,18 @@ pub trait Controller: fmt::Debug + Send {
         true
     }
 
+    /// The sending rate comes from a model of the path (BBR's bandwidth and RTT), not from
+    /// a window that acks open, and the model is settled (not searching for the rate, nor
+    /// draining what the search queued): sparser acks then change what it learns, not how
+    /// fast it sends. Only then is a connection offered sparser acks where they seem to be
+    /// the limit (see `ack_thinning`). A window-based controller keeping a standing queue
+    /// of its own data drains it when acks come later, and BBR's Drain drains its Startup's
+    /// queue whatever the acks do: both look like the proof that a queue of acks gives
+    /// (CUBIC through a 20-packet buffer lost 3 % to it).
+    fn rate_model_settled(&self) -> bool {
+        false
+    }
+
     /// Slow-start threshold, for controllers that have one (reported in traces).
     fn ssthresh(&self) -> Option<u64> {
         None
