@@ -12,10 +12,11 @@
 //! arriving at its pace, each covering more packets, so the delivery rate rises, or the
 //! queue of acks drains and the RTT falls back at the same rate; through a narrow forward
 //! path fewer acks arrive, each covering more, and neither the rate nor the queue moves.
-//! So the sender tries: after two rounds that show a queue, no loss and acks to spare, it
-//! asks for acks half as often, and keeps that if the delivery rate rises by half or the
-//! queue shrinks to a quarter within a few rounds; otherwise it goes back and waits longer
-//! (doubling) before it tries again. A level kept is tried one step down now and then,
+//! So the sender tries: after two rounds that show a queue, no loss and acks to spare, with
+//! a controller whose rate comes from a settled model of the path (see
+//! `Controller::rate_model_settled`), it asks for acks half as often, and keeps that if
+//! the delivery rate rises by half or the queue shrinks to a quarter within a few rounds;
+//! otherwise it goes back and waits longer (doubling) before it tries again. A level kept is tried one step down now and then,
 //! and given up when the queue does not come back and the rate holds: paths change, and a
 //! lucky trial should not thin a connection's acks for good.
 
@@ -36,7 +37,8 @@ const KEEP_GAIN: f64 = 1.5;
 /// at 100 Mbit/s shared 38:62 while one of them kept trying.
 const KEEP_RATE: f64 = 0.8;
 const QUEUE_DRAINED_SHARE: u64 = 4;
-/// A round shows a queue when its smallest RTT exceeds the path's by an eighth and 1 ms.
+/// A round shows a queue when its smallest RTT exceeds the path's by an eighth, 1 ms and
+/// half the RTT's variation (see `Round::shows_queue`).
 const QUEUE_SHARE: u64 = 8;
 const QUEUE_FLOOR: Duration = Duration::from_millis(1);
 /// A round with fewer acks than this has too few to thin (the connection keeps two per flight).
@@ -96,8 +98,9 @@ impl Round {
         (self.least_rtt != Duration::MAX).then(|| self.least_rtt.saturating_sub(min_rtt))
     }
 
-    /// Its smallest RTT exceeds the path's by an eighth, 1 ms and the RTT's variation
-    /// (jitter alone keeps a round's smallest RTT above the least ever seen): something queues.
+    /// Its smallest RTT exceeds the path's by an eighth, 1 ms and half the RTT's variation
+    /// (jitter alone keeps a round's smallest RTT above the least ever seen; the whole
+    /// variation hid a real queue of acks at 128 kbit/s back): something queues.
     fn shows_queue(&self, path: &PathRtt) -> bool {
         self.queue(path.min).is_some_and(|q| q > (path.min / QUEUE_SHARE).max(QUEUE_FLOOR).max(path.variation / 2))
     }
