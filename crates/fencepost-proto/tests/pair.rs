@@ -641,3 +641,36 @@ fn far_acks_carry_the_fence_past_one_bitmap_and_only_the_hole_is_resent() {
     // With the default width one bitmap holds it all: no far acks.
     assert_eq!(run(8192), (1, 1, 0));
 }
+
+/// A data sender's Ack frequency request may ask the receiver to hold an ack longer than
+/// its own 5 ms (to gather the packets it asks an ack per), at most 250 ms; holes are
+/// still acked at once.
+#[test]
+fn an_ack_frequency_request_sets_how_long_the_receiver_holds_an_ack() {
+    // (max_delay asked in µs, when the ack for a lone packet reaches the client, after it was sent)
+    for (max_delay_us, held) in [(0u32, Duration::from_millis(5)), (40_000, Duration::from_millis(40)), (2_000_000, Duration::from_millis(250))] {
+        // The client here did not ask (the request is injected), so its retransmission
+        // timer does not allow for the hold: a long one keeps it from resending first.
+        let client = TransportConfig { min_rto: Duration::from_secs(1), ..fast_config() };
+        let mut p = Pair::new(client, fast_config());
+        p.client.write(b"x").unwrap();
+        p.run_until(at(100));
+        assert_eq!(p.server().state(), State::Established);
+        // A request as the client would send it: an ack per 16 packets, held up to max_delay.
+        let request = Packet { dst_cid: 0x5e, body: Body::AckFrequency(fencepost_proto::wire::AckFrequency { sequence: 0, packets: 16, max_delay_us }) };
+        let mut datagram = vec![0u8; 64];
+        let len = request.emit(&mut datagram).unwrap();
+        datagram.truncate(len);
+        p.wire.push_back((p.now + DELAY, true, datagram));
+        p.run_until(at(120));
+        let acks_before = p.client.stats().acks_received;
+        p.client.write(b"y").unwrap();
+        let sent = p.now;
+        // The ack leaves `held` after the packet arrives and takes DELAY back.
+        let due = sent + DELAY + held + DELAY;
+        p.run_until(due - Duration::from_millis(1));
+        assert_eq!(p.client.stats().acks_received, acks_before, "max_delay {max_delay_us} µs: acked before {held:?}");
+        p.run_until(due + Duration::from_millis(1));
+        assert_eq!(p.client.stats().acks_received, acks_before + 1, "max_delay {max_delay_us} µs: not acked by {held:?}");
+    }
+}
