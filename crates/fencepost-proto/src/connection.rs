@@ -1859,7 +1859,10 @@ impl Connection {
             });
             match sparser {
                 Some(Sparser::Tried) => self.stats.sparser_ack_trials += 1,
-                Some(Sparser::Kept) => self.stats.sparser_ack_trials_kept += 1,
+                Some(Sparser::Kept) => {
+                    self.stats.sparser_ack_trials_kept += 1;
+                    self.controller.on_sparser_acks(now);
+                }
                 None => {}
             }
         }

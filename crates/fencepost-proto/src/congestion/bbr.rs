@@ -1306,6 +1306,15 @@ impl Controller for Bbr {
         self.mode == Mode::ProbeBw
     }
 
+    /// Probes for more at once instead of at the cycle's next turn.
+    fn on_sparser_acks(&mut self, now: Instant) {
+        if self.mode == Mode::ProbeBw && self.cycle_index != 0 && !self.waiting_after_cut() {
+            self.cycle_index = 0;
+            self.cycle_stamp = now;
+            self.pacing_gain = PROBE_BW_GAINS[0];
+        }
+    }
+
     fn earliest_departure_time(&self) -> Option<Instant> {
         self.pacer.earliest_departure_time()
     }

@@ -192,6 +192,10 @@ pub trait Controller: fmt::Debug + Send {
         false
     }
 
+    /// Sparser acks were just kept (see `ack_thinning`): what the rate samples showed
+    /// before may have been the acks' pace, not the path's.
+    fn on_sparser_acks(&mut self, _now: Instant) {}
+
     /// Slow-start threshold, for controllers that have one (reported in traces).
     fn ssthresh(&self) -> Option<u64> {
         None
