@@ -106,10 +106,10 @@ impl Round {
     }
 
     /// A round worth thinning the acks after: a queue, acks to spare, no loss, a rate
-    /// measured while the application kept the sender busy, and a controller past its
-    /// search for the rate throughout (the queue a Startup overshoots by is drained by the
-    /// controller next, and taken for a queue of acks drained by a trial it made sparser
-    /// acks look useful: 1 Gbit/s x 10 ms, the levels climbed one per Startup).
+    /// measured while the application kept the sender busy, and a controller whose model
+    /// was settled throughout (the queue a Startup overshoots by is drained by the
+    /// controller next; taken for a queue of acks drained by a trial, it made sparser acks
+    /// look useful: at 1 Gbit/s x 10 ms the levels climbed one per Startup).
     fn invites_thinning(&self, path: &PathRtt) -> bool {
         self.eligible && self.shows_queue(path) && !self.lost && !self.app_limited && self.acks >= MIN_ACKS_PER_ROUND && self.best_rate > 0.0
     }
@@ -345,6 +345,20 @@ mod tests {
         }
         assert_eq!(now_level, 0);
         assert!((3..=8).contains(&trials), "{trials} trials in 400 rounds (backing off 8, 16, 32, ... rounds)");
+    }
+
+    #[test]
+    fn a_trial_that_costs_rate_ends_after_its_first_round() {
+        // Sparser acks halve the rate (a window that binds while acks are held): the trial,
+        // begun after two queued rounds, is given its first round and then ended.
+        let mut sender = Sender::default();
+        let path = |level: u32| (Duration::from_millis(90), if level == 0 { 1e6 } else { 0.5e6 });
+        assert_eq!(run(&mut sender, 3, 16, path), 1, "on trial");
+        // The trial's first round is the one under way when it began (its acks left before
+        // the change); the next, at half the rate, ends it.
+        assert_eq!(run(&mut sender, 1, 16, path), 1, "the trial's first round is given");
+        assert_eq!(run(&mut sender, 1, 16, path), 0, "ended after its second round, not its fourth");
+        assert_eq!(sender.thinning.wait_rounds, FIRST_WAIT_ROUNDS);
     }
 
     #[test]
