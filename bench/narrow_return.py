@@ -59,10 +59,7 @@ def one(job: tuple) -> dict:
 
 
 def main() -> int:
-    grid = "--grid" in sys.argv
-    if grid:
-        sys.argv.remove("--grid")
-    args, ccs, seeds = sim_cases.parse(__doc__, time="600s", seeds="1,2")
+    args, ccs, seeds = sim_cases.parse(__doc__, time="600s", seeds="1,2", switches=[("--grid", f"also run {len(GRID)} paths, one seed")])
     rows = sim_cases.run(one, CASES, ccs, seeds, args)
     print(f"simulated, one flow, seeds {args.seeds}, at most {args.time} each; goodput at the receiver")
     print(f"{'case':36s} {'cc':9s} {'Mbit/s (median, min-max)':>26s} {'acks':>7s} {'trials/kept':>12s}  failed")
@@ -78,7 +75,7 @@ def main() -> int:
         trials = "/".join(f"{r['trials']}:{r['kept']}" for r in ok)
         note = f" ({error[:60]})" if bad else ""
         print(f"{label:36s} {cc:9s} {spread:>26s} {acks:7.0f} {trials:>12s}  {bad}{note}")
-    if grid:
+    if args.grid:
         grid_rows = sim_cases.run(one, GRID, ccs, seeds[:1], args)
         rows += grid_rows
         print(f"\n{len(GRID)} paths (seed {seeds[0]}): goodput, Mbit/s")

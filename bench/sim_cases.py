@@ -9,10 +9,13 @@ from concurrent.futures import ProcessPoolExecutor
 from fencepost import sim
 
 
-def parse(doc: str, time: str, seeds: str) -> tuple:
-    """The common options (--cc, --time, --seeds, --workers, --json) with these defaults;
-    returns (args, controllers, seeds). Bad values end with an error naming the option."""
+def parse(doc: str, time: str, seeds: str, switches: tuple = ()) -> tuple:
+    """The common options (--cc, --time, --seeds, --workers, --json) with these defaults,
+    and a bench's own on/off `switches` as (flag, help) pairs; returns (args, controllers,
+    seeds). Bad values end with an error naming the option."""
     ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    for flag, help in switches:
+        ap.add_argument(flag, action="store_true", help=help)
     ap.add_argument("--cc", default="tolerant,bbr,cubic", help="controllers, comma-separated (default tolerant,bbr,cubic)")
     ap.add_argument("--time", default=time, help=f"simulated time per run (default {time})")
     ap.add_argument("--seeds", default=seeds, help=f"seeds, comma-separated (default {seeds})")
