@@ -4,11 +4,12 @@
 //! time its own process used (user + system), so `bench/peers.sh` can add both ends.
 //!
 //! ```text
-//! peers server PROTO ADDR [--echo] [--insecure] [--cert FILE] [--no-verify] [--redundancy-none] [--packet-size BYTES] [--driver thread|task|inline [--busy-poll-us N] [--wait io-uring|epoll]] [--runtime multi|current]
-//! peers client PROTO ADDR (--bytes N | --pingpong N) [--insecure] [--cert FILE] [--no-verify] [--redundancy-none] [--packet-size BYTES] [--driver thread|task|inline [--busy-poll-us N] [--wait io-uring|epoll]] [--runtime multi|current]
+//! peers server PROTO ADDR [--echo] [--insecure] [--cert FILE] [--no-verify] [--redundancy-none] [--packet-size BYTES] [--cc SPEC] [--driver thread|task|inline [--busy-poll-us N] [--wait io-uring|epoll]] [--runtime multi|current]
+//! peers client PROTO ADDR (--bytes N | --pingpong N) [--insecure] [--cert FILE] [--no-verify] [--redundancy-none] [--packet-size BYTES] [--cc SPEC] [--driver thread|task|inline [--busy-poll-us N] [--wait io-uring|epoll]] [--runtime multi|current]
 //! peers server|client fencepost ADDR --connections K ...   (K concurrent connections)
 //! ```
 //! PROTO is fencepost, quinn, tcp or udp. A server serves one connection and exits.
+//! `--cc` (fencepost) picks the congestion controller as `fencepost send --cc` does.
 //! Bulk timing starts once the connection is up and ends when the sink's byte count
 //! has come back, so every transport is timed over the same span.
 
@@ -38,6 +39,8 @@ struct Args {
     verify: bool,
     /// Server: echo (ping-pong) instead of a sink; only fencepost's server needs telling.
     echo: bool,
+    /// fencepost: the congestion controller, as `fencepost send --cc` takes it (default: the profile's).
+    cc: Option<String>,
     /// fencepost: concurrent connections (client: the bytes are split among them; server: serve this many, then exit).
     connections: usize,
     cert: Option<String>,
@@ -58,7 +61,7 @@ struct Args {
 }
 
 fn usage(why: &str) -> ! {
-    eprintln!("peers: {why}\nusage: peers server|client fencepost|quinn|tcp|udp ADDR [--bytes N | --pingpong N] [--echo] [--insecure] [--no-verify] [--redundancy-none] [--packet-size BYTES] [--driver thread|task|inline [--busy-poll-us N] [--wait io-uring|epoll]] [--runtime multi|current] [--cert FILE]");
+    eprintln!("peers: {why}\nusage: peers server|client fencepost|quinn|tcp|udp ADDR [--bytes N | --pingpong N] [--echo] [--insecure] [--no-verify] [--redundancy-none] [--packet-size BYTES] [--cc SPEC] [--driver thread|task|inline [--busy-poll-us N] [--wait io-uring|epoll]] [--runtime multi|current] [--cert FILE]");
     std::process::exit(2);
 }
 
@@ -73,7 +76,7 @@ fn parse_args() -> Args {
         usage(&format!("PROTO {proto:?}: expected fencepost, quinn, tcp or udp"));
     }
     let addr = it.next().unwrap_or_else(|| usage("missing ADDR")).parse().unwrap_or_else(|_| usage("ADDR: expected IP:PORT"));
-    let mut a = Args { role, proto, addr, bytes: None, pingpong: None, insecure: false, redundancy_none: false, verify: true, echo: false, connections: 1, cert: None, packet_size: None, driver: DriverPlacement::Thread, inline: false, busy_poll: None, waiting: fencepost_net::blocking::Waiting::IoUring, current_thread: false };
+    let mut a = Args { role, proto, addr, bytes: None, pingpong: None, insecure: false, redundancy_none: false, verify: true, echo: false, connections: 1, cc: None, cert: None, packet_size: None, driver: DriverPlacement::Thread, inline: false, busy_poll: None, waiting: fencepost_net::blocking::Waiting::IoUring, current_thread: false };
     let mut wait_given = false;
     while let Some(flag) = it.next() {
         let mut value = |name: &str| it.next().unwrap_or_else(|| usage(&format!("{name} needs a value")));
@@ -82,6 +85,7 @@ fn parse_args() -> Args {
             "--pingpong" => a.pingpong = Some(value("--pingpong").parse().unwrap_or_else(|_| usage("--pingpong: expected a number of round trips"))),
             "--cert" => a.cert = Some(value("--cert")),
             "--insecure" => a.insecure = true,
+            "--cc" => a.cc = Some(value("--cc")),
             "--redundancy-none" => a.redundancy_none = true,
             "--no-verify" => a.verify = false,
             "--echo" => a.echo = true,
@@ -230,6 +234,9 @@ fn transport(args: &Args) -> TransportConfig {
     }
     if let Some(size) = args.packet_size {
         transport.max_payload = size;
+    }
+    if let Some(spec) = &args.cc {
+        transport.controller = fencepost_spec::parse_cc(spec, &transport).unwrap_or_else(|e| usage(&format!("--cc {spec:?}: {e}")));
     }
     transport
 }
