@@ -14,17 +14,25 @@ use tokio::io::Interest;
 pub(crate) const RECV_BUF: usize = 65_536;
 /// Receive batches handled before transmitting again, so a flood of input cannot starve output.
 const RECV_ROUNDS: usize = 8;
-/// Datagrams a receive call handles before the driver transmits again: it stops at the
-/// first batch boundary past this (with GRO a batch is one buffer of up to 64 segments),
-/// and at most two receive calls (one after the wait, one before the timers) come between
-/// transmits. Acks leave only when the driver transmits, so this bounds how many packets one
-/// ack covers (measured between namespaces: 12-15 with SHA-256 at 2 Gbit/s, about 110 at
-/// 4 Gbit/s without; acking after every receive call made the acks twice as many and cost
-/// the sender CPU without a clear gain in rate). Draining the socket first (up to eight
-/// batches of 32 GRO buffers) made it one ack per 400-800 data packets at 2 Gbit/s between
-/// namespaces, and at 10 % drop a lost ack then left the sender without news for a long
-/// stretch (retransmission timeouts, and a quarter of the rate gone).
+/// Datagrams one connection gets in a receive call before the driver transmits again: it
+/// stops at the first batch boundary past this (with GRO a batch is one buffer of up to 64
+/// segments), and at most two receive calls (one after the wait, one before the timers)
+/// come between transmits. Acks leave only when the driver transmits, so this bounds how
+/// many packets one ack covers (measured between namespaces: 12-15 with SHA-256 at
+/// 2 Gbit/s, about 110 at 4 Gbit/s without; acking after every receive call made the acks
+/// twice as many and cost the sender CPU without a clear gain in rate). Draining the socket
+/// first (up to eight batches of 32 GRO buffers) made it one ack per 400-800 data packets
+/// at 2 Gbit/s between namespaces, and at 10 % drop a lost ack then left the sender without
+/// news for a long stretch (retransmission timeouts, and a quarter of the rate gone).
 const ACK_STRETCH_DATAGRAMS: usize = 64;
+/// ... and all connections together, so that input cannot hold output back for long (256
+/// datagrams take a few hundred microseconds to open and deliver). When the 64 above
+/// counted every connection's datagrams, each of 100 connections got a few of them per
+/// call and acked every 15-17 of its packets; counted per connection up to this total,
+/// 100 connections over loopback took 8 % less CPU per byte, both ends together, with a
+/// quarter fewer acks, and one connection's acks stayed as they were (docs/speed.md).
+/// Totals of 128 to 512 did about as well as each other.
+const RECEIVE_PASS_DATAGRAMS: usize = 256;
 /// Batch buffers kept for reuse between rounds: a window sent in one round takes dozens,
 /// and a new one is zeroed before the core writes into it (4 MiB at most are kept).
 const SPARE_BATCHES: usize = 64;
@@ -432,9 +440,9 @@ pub(crate) fn receive(
     // As many buffers as hold an ack stretch when GRO fills each (one at 64 segments, all
     // of them without GRO), so one receive call does not take in many stretches at once.
     let buffers = (ACK_STRETCH_DATAGRAMS / shared.udp.gro_segments().max(1)).max(buffers_at_least).clamp(1, inbox.metas.len());
-    let mut handled = 0;
+    let (mut handled, mut longest_run) = (0, 0);
     for _ in 0..rounds {
-        if handled >= ACK_STRETCH_DATAGRAMS {
+        if longest_run >= ACK_STRETCH_DATAGRAMS || handled >= RECEIVE_PASS_DATAGRAMS {
             return Ok(false);
         }
         // From the receive to the delivery, no other receive (see `Shared::receiving`).
@@ -450,9 +458,13 @@ pub(crate) fn receive(
         drop(iovs);
         let mut st = shared.lock();
         let now = shared.now();
+        if handled == 0 {
+            st.proto.begin_receive_pass();
+        }
         for (meta, buf) in metas.iter().take(count).zip(inbox.storage.chunks_mut(RECV_BUF)) {
             handled += deliver(&mut st, now, meta.addr, meta.stride, &mut buf[..meta.len]);
         }
+        longest_run = st.proto.longest_receive_run() as usize;
     }
     Ok(false)
 }

@@ -276,6 +276,10 @@ struct Entry<A> {
     drained_reported: bool,
     /// The connection's (remote, peer id) is in `by_peer`.
     peer_known: bool,
+    /// The receive pass (see [`Endpoint::begin_receive_pass`]) `pass_datagrams` counts in.
+    pass: u64,
+    /// Datagrams for this connection in that pass.
+    pass_datagrams: u32,
 }
 
 pub struct Endpoint<A: Clone + Eq + Hash> {
@@ -286,6 +290,10 @@ pub struct Endpoint<A: Clone + Eq + Hash> {
     /// This endpoint's static key (version 2).
     static_key: Option<StaticKey>,
     connections: CidMap<Entry<A>>,
+    /// Counts receive passes: a driver's datagrams between two of its transmits.
+    receive_pass: u64,
+    /// The most datagrams one connection got in the current pass.
+    pass_longest_run: u32,
     /// (peer address, peer's connection id) -> our connection id, so a retransmitted
     /// Initial reaches the connection it already created and a stateless reset (which
     /// names the peer's id) finds its connection. Keyed by what a peer chooses, so it
@@ -335,6 +343,8 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
             secrets,
             static_key,
             connections: CidMap::default(),
+            receive_pass: 0,
+            pass_longest_run: 0,
             by_peer: HashMap::new(),
             timers: BinaryHeap::new(),
             ready: VecDeque::new(),
@@ -551,6 +561,12 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
     fn deliver(&mut self, cid: u32, handle: impl FnOnce(&mut Connection)) -> Option<DatagramEvent<A>> {
         let entry = self.connections.get_mut(&cid)?;
         handle(&mut entry.connection);
+        if entry.pass != self.receive_pass {
+            entry.pass = self.receive_pass;
+            entry.pass_datagrams = 0;
+        }
+        entry.pass_datagrams += 1;
+        self.pass_longest_run = self.pass_longest_run.max(entry.pass_datagrams);
         if !entry.peer_known && entry.connection.peer_cid() != 0 {
             // A client learns its server's id from the Accept.
             entry.peer_known = true;
@@ -586,6 +602,22 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
         self.stats.stateless_resets_sent += 1;
         self.stats.stateless_bytes_sent += size as u64;
         Some(DatagramEvent::Response { destination: remote, transmit: Transmit { size, packet_type: PacketType::StatelessReset } })
+    }
+
+    /// Starts a receive pass: the datagrams a driver reads from its socket in one go,
+    /// before it transmits. A connection's acks leave only when the driver transmits, so
+    /// the most datagrams one connection got in a pass ([`Endpoint::longest_receive_run`])
+    /// is about how many packets its next ack covers, where the pass's total counts every
+    /// connection's: a driver that ends a pass at so many for one connection, not at so
+    /// many in all, keeps its acks as far apart for a hundred connections as for one.
+    pub fn begin_receive_pass(&mut self) {
+        self.receive_pass += 1;
+        self.pass_longest_run = 0;
+    }
+
+    /// The most datagrams any one connection got since [`Endpoint::begin_receive_pass`].
+    pub fn longest_receive_run(&self) -> u32 {
+        self.pass_longest_run
     }
 
     /// Handles every connection timer due by `now`; harmless when called early or twice.
@@ -714,6 +746,8 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
                 has_events: false,
                 drained_reported: false,
                 peer_known: false,
+                pass: 0,
+                pass_datagrams: 0,
             },
         );
         self.touch(cid);
@@ -983,6 +1017,39 @@ mod tests {
         assert!(full.iter().all(|&n| n == TRANSMIT_BURST as usize) && full.len() >= 3, "runs of a burst: {runs:?}");
         assert!(runs.windows(2).all(|w| w[0].0 != w[1].0));
         assert_eq!(runs[0].0, runs[2].0, "the two bulk connections alternate: {runs:?}");
+    }
+
+    /// A receive pass counts each connection's datagrams apart: what one connection's next
+    /// ack covers, where the pass's total counts every connection's.
+    #[test]
+    fn a_receive_pass_counts_the_longest_run_of_one_connection() {
+        let mut transport = TransportConfig::default().insecure();
+        transport.controller = crate::congestion::ControllerConfig::Fixed(crate::congestion::FixedConfig::default());
+        transport.set_redundancy(crate::redundancy::RedundancyConfig::None);
+        let mut net = pair_with(transport, 10);
+        let t = Instant::from_millis(1);
+        let bulk = [established(&mut net, t), established(&mut net, t)];
+        for h in bulk {
+            net.0.connection_mut(h).unwrap().write(&vec![7u8; 100 * 1500]).unwrap();
+        }
+        // Two bursts: one connection's, then the other's.
+        let burst = TRANSMIT_BURST as usize;
+        let datagrams: Vec<Vec<u8>> = (0..2 * burst).map(|_| next_datagram(&mut net.0, t)).collect();
+        assert_ne!(datagrams[0][2..6], datagrams[burst][2..6], "the bursts are two connections'");
+        let mut response = [0u8; 64];
+        net.1.begin_receive_pass();
+        for d in &datagrams[..burst + 5] {
+            net.1.handle_datagram(t, 0, d, &mut response);
+        }
+        assert_eq!(net.1.longest_receive_run(), burst as u32, "a whole burst of one, five of the other");
+        net.1.begin_receive_pass();
+        assert_eq!(net.1.longest_receive_run(), 0);
+        for d in &datagrams[burst + 5..] {
+            net.1.handle_datagram(t, 0, d, &mut response);
+        }
+        net.1.handle_datagram(t, 0, &[0xff; 40], &mut response);
+        assert_eq!(net.1.longest_receive_run(), burst as u32 - 5, "the rest of the second burst; garbage reaches no connection");
+        assert_eq!(net.1.stats().malformed, 1);
     }
 
     #[test]
