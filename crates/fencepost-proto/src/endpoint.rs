@@ -290,7 +290,7 @@ pub struct Endpoint<A: Clone + Eq + Hash> {
     /// This endpoint's static key (version 2).
     static_key: Option<StaticKey>,
     connections: CidMap<Entry<A>>,
-    /// Counts receive passes: a driver's datagrams between two of its transmits.
+    /// Counts receive passes (see [`Endpoint::begin_receive_pass`]).
     receive_pass: u64,
     /// The most datagrams one connection got in the current pass.
     pass_longest_run: u32,
@@ -565,7 +565,8 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
             entry.pass = self.receive_pass;
             entry.pass_datagrams = 0;
         }
-        entry.pass_datagrams += 1;
+        // Saturating: a caller that never begins a pass (the simulator) keeps counting.
+        entry.pass_datagrams = entry.pass_datagrams.saturating_add(1);
         self.pass_longest_run = self.pass_longest_run.max(entry.pass_datagrams);
         if !entry.peer_known && entry.connection.peer_cid() != 0 {
             // A client learns its server's id from the Accept.
