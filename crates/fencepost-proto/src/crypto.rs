@@ -7,8 +7,8 @@
 //! seeds (from the OS in the UDP runtime, from a run's seed in the simulator).
 
 use crate::protection::{PacketProtection, ProtectionError};
-use aws_lc_rs::agreement;
 use crate::time::Duration;
+use aws_lc_rs::agreement;
 use rand_chacha::ChaCha20Rng;
 use rand_core::{Rng, SeedableRng};
 use ring::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
