@@ -154,12 +154,15 @@ def main() -> int:
             retx = [r["client"]["retransmissions"] for r in ok]
             timeouts = [r["client"]["retransmission_timeouts"] for r in ok]
             spurious = [r["client"]["spurious_retransmissions"] for r in ok]
-            # Acks are most of the per-byte cost that many connections add: each connection acks
-            # for itself, so a receive batch spread over many connections yields many acks.
+            # Each connection acks for itself, so many connections make more acks per byte.
             per_ack = [round(r["client"]["data_packets_sent"] / r["client"]["acks_received"], 1) for r in ok if r["client"].get("acks_received")]
-            results["connections"][k] = {"gbit_per_s": rate, "retransmissions": retx, "retransmission_timeouts": timeouts,
+            # Both processes' CPU per GB: on this shared host it varies less from run to run
+            # than the rate does, so it shows what many connections cost with fewer runs.
+            cpu = spread([(r["client"]["cpu_s"] + r["server"]["cpu_s"]) / (r["client"]["bytes"] / 1e9) for r in ok if r["client"].get("bytes")])
+            results["connections"][k] = {"gbit_per_s": rate, "cpu_s_per_gb": cpu, "retransmissions": retx, "retransmission_timeouts": timeouts,
                                          "spurious_retransmissions": spurious, "data_packets_per_ack": per_ack, "failed": len(rs) - len(ok), "runs": rs}
             print(f"  {k:4d} connection(s): aggregate {rate.get('min', float('nan')):6.2f} {rate.get('median', float('nan')):6.2f} {rate.get('max', float('nan')):6.2f} Gbit/s"
+                  f"  CPU s/GB (both ends) {cpu.get('min', float('nan')):.2f} {cpu.get('median', float('nan')):.2f} {cpu.get('max', float('nan')):.2f}"
                   f"  retransmissions {retx} (timeouts {timeouts}, found spurious {spurious})  data packets per ack {per_ack}  failed {len(rs) - len(ok)}")
             if k > 1 and ok:
                 # Timed from the first connect (handshakes and the last connection's finish
@@ -169,6 +172,9 @@ def main() -> int:
         one, many = results["connections"][1]["gbit_per_s"], results["connections"][args.connections]["gbit_per_s"]
         if one and many:
             print(f"  aggregate over {args.connections} / one connection = {many['median'] / one['median']:.2f} (medians)")
+            cpu_one, cpu_many = results["connections"][1]["cpu_s_per_gb"], results["connections"][args.connections]["cpu_s_per_gb"]
+            if cpu_one and cpu_many:
+                print(f"  CPU per GB over {args.connections} / one connection = {cpu_many['median'] / cpu_one['median']:.2f} (medians)")
     if args.only in (None, "pingpong"):
         runs = {label: [] for label, _, _ in PINGPONG}
         for rep in range(args.reps):
