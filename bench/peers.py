@@ -6,7 +6,8 @@ process; the rate is bytes over the time from the connection being up to the sin
 byte count coming back, and the CPU is both processes' user + system time per GB.
 Connections: fencepost's aggregate over 1 and over --connections (100) concurrent
 connections from one client to one server, with the retransmissions (none are
-needed: loopback loses nothing unless a socket buffer overflows).
+needed: loopback loses nothing unless a socket buffer overflows) and both ends' CPU
+per GB.
 Ping-pong: 64-byte messages, one in flight, ROUND_TRIPS times; p50 and p99.
 Every case runs --reps times (default 3), interleaved, and prints min / median / max;
 a failed run is shown and counted, never averaged in. --json FILE writes every figure.
