@@ -9,7 +9,6 @@ README quotes for the receive window that grows with the holes in it (docs/proto
     .venv/bin/python bench/long_paths.py [--cc tolerant,bbr] [--time 20s] [--seeds 1,2] [--json out.json]
 """
 
-import statistics
 import sys
 
 import sim_cases
@@ -47,7 +46,7 @@ def main() -> int:
             print(f"{label:32s} {cc:9s} {'-':>34s} {'-':>9s}  {bad} ({error[:60]})")
             continue
         rates = [r["goodput_mbps"] for r in ok]
-        spread = f"{statistics.median(rates):.1f} ({min(rates):.1f}-{max(rates):.1f})"
+        spread = sim_cases.spread(rates, 1)
         timeouts = "/".join(str(r["retransmission_timeouts"]) for r in ok)
         print(f"{label:32s} {cc:9s} {spread:>34s} {timeouts:>9s}  {bad}")
     sim_cases.write_json(rows, args.json)

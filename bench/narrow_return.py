@@ -70,7 +70,7 @@ def main() -> int:
             print(f"{label:36s} {cc:9s} {'-':>26s} {'-':>7s} {'-':>12s}  {bad} ({error[:60]})")
             continue
         rates = [r["mbit_per_s"] for r in ok]
-        spread = f"{statistics.median(rates):.2f} ({min(rates):.2f}-{max(rates):.2f})"
+        spread = sim_cases.spread(rates, 2)
         acks = statistics.median(r["acks"] for r in ok)
         trials = "/".join(f"{r['trials']}:{r['kept']}" for r in ok)
         note = f" ({error[:60]})" if bad else ""

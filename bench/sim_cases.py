@@ -4,6 +4,7 @@ by case and controller with the failed ones counted apart."""
 
 import argparse
 import json
+import statistics
 from concurrent.futures import ProcessPoolExecutor
 
 from fencepost import sim
@@ -62,6 +63,11 @@ def grouped(rows: list, cases: list, ccs: list):
             ok = [r for r in runs if "error" not in r]
             error = next((r["error"] for r in runs if "error" in r), "")
             yield label, cc, ok, len(runs) - len(ok), error
+
+
+def spread(values: list, digits: int) -> str:
+    """The median with the range beside it: "median (min-max)", to `digits` decimals."""
+    return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
 
 
 def write_json(rows: list, path) -> None:

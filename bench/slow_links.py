@@ -12,7 +12,6 @@ timeout that never cuts below the round trip (docs/protocol.md, "RTT samples").
 --time bounds the simulated time of each run (a transfer not done by then counts as failed).
 """
 
-import statistics
 import sys
 
 import sim_cases
@@ -52,7 +51,7 @@ def main() -> int:
             print(f"{label:34s} {cc:9s} {'-':>27s} {'-':>9s} {'-':>9s}  {bad} ({error[:60]})")
             continue
         took = [r["seconds"] for r in ok]
-        spread = f"{statistics.median(took):.1f} ({min(took):.1f}-{max(took):.1f})"
+        spread = sim_cases.spread(took, 1)
         resent = "/".join(str(r["retransmissions"]) for r in ok)
         timeouts = "/".join(str(r["retransmission_timeouts"]) for r in ok)
         note = f" ({error[:60]})" if bad else ""

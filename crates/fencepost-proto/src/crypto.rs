@@ -157,8 +157,6 @@ impl StaticKey {
         public.copy_from_slice(dh.pubkey());
         // The bytes as given (the scalar is clamped where it is used), so the key
         // round-trips through text unchanged.
-        let mut private = [0u8; KEY_LEN];
-        private.copy_from_slice(dh.privkey());
         StaticKey { private, public: PublicKey(public) }
     }
 

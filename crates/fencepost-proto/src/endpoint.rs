@@ -979,15 +979,21 @@ mod tests {
         assert_eq!(net.0.transmit_polls - before, 0, "nothing was due, so nothing was asked");
     }
 
+    /// Plaintext endpoints whose connections send by a fixed window and without repairs,
+    /// so that what leaves is the data written, in the order the endpoint picks.
+    fn bulk_pair() -> Net {
+        let mut transport = TransportConfig::default().insecure();
+        transport.controller = crate::congestion::ControllerConfig::Fixed(crate::congestion::FixedConfig::default());
+        transport.set_redundancy(crate::redundancy::RedundancyConfig::None);
+        pair_with(transport, 10)
+    }
+
     /// Connections with much to send take turns a burst at a time (so a receiver reading
     /// them finds runs of one connection to ack together), and one with a single packet
     /// waits for at most one burst of each connection ahead of it.
     #[test]
     fn ready_connections_send_in_turn_a_burst_at_a_time() {
-        let mut transport = TransportConfig::default().insecure();
-        transport.controller = crate::congestion::ControllerConfig::Fixed(crate::congestion::FixedConfig::default());
-        transport.set_redundancy(crate::redundancy::RedundancyConfig::None);
-        let mut net = pair_with(transport, 10);
+        let mut net = bulk_pair();
         let t = Instant::from_millis(1);
         let bulk = [established(&mut net, t), established(&mut net, t)];
         let single = established(&mut net, t);
@@ -1024,10 +1030,7 @@ mod tests {
     /// ack covers, where the pass's total counts every connection's.
     #[test]
     fn a_receive_pass_counts_the_longest_run_of_one_connection() {
-        let mut transport = TransportConfig::default().insecure();
-        transport.controller = crate::congestion::ControllerConfig::Fixed(crate::congestion::FixedConfig::default());
-        transport.set_redundancy(crate::redundancy::RedundancyConfig::None);
-        let mut net = pair_with(transport, 10);
+        let mut net = bulk_pair();
         let t = Instant::from_millis(1);
         let bulk = [established(&mut net, t), established(&mut net, t)];
         for h in bulk {
