@@ -573,7 +573,12 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
             entry.peer_known = true;
             self.by_peer.insert((entry.remote.clone(), entry.connection.peer_cid()), cid);
         }
-        self.touch(cid);
+        // `touch` without looking the connection up again: with more than a few connections
+        // each lookup hashes and probes, and this runs for every datagram.
+        if !entry.touched {
+            entry.touched = true;
+            self.touched.push(cid);
+        }
         Some(DatagramEvent::Connection(ConnectionHandle(cid)))
     }
 
