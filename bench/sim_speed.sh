@@ -10,6 +10,8 @@
 # tolerant 152-155x, bbr 163-164x, none:window=512 181-189x, tolerant with real-cipher=true 95x;
 # two threads tolerant 165-185x, bbr 169-193x (three full runs each, a quiet spell).
 # 2026-11-27: tolerant 143-152x on one thread, 247-278x on two; bbr 159-164x, 239-260x.
+# Later that day, with whole-program LTO and the payload made and checked with AVX2:
+# tolerant 154-159x on one thread, 274x on two; bbr 163x and 279x.
 # Each line is the median of reps=N runs (default 3), with the slowest and fastest beside it.
 # Usage: bash bench/sim_speed.sh [BYTES] [OPTION=VALUE ...], e.g. 100MB cc=bbr real-cipher=true
 # With no options it runs every controller on one thread and then on two (parallel=true).

@@ -33,6 +33,25 @@ impl BulkPattern {
 
     /// Fills `out` with the stream's bytes from `offset`.
     pub fn fill(&self, offset: u64, out: &mut [u8]) {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2, checked just above.
+            return unsafe { self.fill_avx2(offset, out) };
+        }
+        self.fill_words(offset, out)
+    }
+
+    /// [`BulkPattern::fill`] compiled for AVX2: twice the words per instruction of the
+    /// baseline's SSE2, where filling and checking the payload were a tenth of the
+    /// simulator's time.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    fn fill_avx2(&self, offset: u64, out: &mut [u8]) {
+        self.fill_words(offset, out)
+    }
+
+    #[inline(always)]
+    fn fill_words(&self, offset: u64, out: &mut [u8]) {
         let mut index = offset / 8;
         let skip = (offset % 8) as usize;
         let mut start = 0;
@@ -63,6 +82,23 @@ impl BulkPattern {
     /// generated and compared a word at a time and never written out: filling a buffer to
     /// compare against cost the simulator a store, a load and a `memcmp` per byte received.
     pub fn count_wrong(&self, offset: u64, got: &[u8]) -> u64 {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2, checked just above.
+            return unsafe { self.count_wrong_avx2(offset, got) };
+        }
+        self.count_wrong_words(offset, got)
+    }
+
+    /// [`BulkPattern::count_wrong`] compiled for AVX2 (see [`BulkPattern::fill_avx2`]).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    fn count_wrong_avx2(&self, offset: u64, got: &[u8]) -> u64 {
+        self.count_wrong_words(offset, got)
+    }
+
+    #[inline(always)]
+    fn count_wrong_words(&self, offset: u64, got: &[u8]) -> u64 {
         fn differing(got: &[u8], expected: &[u8]) -> u64 {
             got.iter().zip(expected).filter(|(a, b)| a != b).count() as u64
         }
@@ -152,5 +188,22 @@ mod tests {
         // The same bytes at the wrong place in the stream are wrong.
         assert!(p.count_wrong(8, &whole[..4096]) > 4000);
         assert!(p.count_wrong(65_536, &whole[..4096]) > 4000, "the next repetition of the block differs");
+    }
+
+    /// The AVX2 build of filling and checking (taken where the CPU has it) gives what the
+    /// baseline build gives, so a run's bytes and verdicts do not depend on the machine.
+    #[test]
+    fn the_machines_own_build_agrees_with_the_baseline() {
+        let p = BulkPattern::new(11);
+        for (start, len) in [(0u64, 70_001usize), (3, 1_200), (65_531, 9), (131_070, 40_000)] {
+            let (mut fast, mut base) = (vec![0u8; len], vec![1u8; len]);
+            p.fill(start, &mut fast);
+            p.fill_words(start, &mut base);
+            assert_eq!(fast, base, "{start}+{len}");
+            fast[len / 2] ^= 4;
+            fast[0] ^= 1;
+            assert_eq!(p.count_wrong(start, &fast), p.count_wrong_words(start, &fast), "{start}+{len}");
+            assert_eq!(p.count_wrong(start, &fast), if len > 1 { 2 } else { 1 });
+        }
     }
 }
