@@ -47,6 +47,7 @@ test-python: $(STAMP)
 
 bench: build
 	bash bench/sim_speed.sh
+	bash bench/core_speed.sh
 	$(VPY) bench/sweep_speedup.py
 	$(VPY) bench/python_controller.py
 	bash bench/loopback.sh
