@@ -7,7 +7,8 @@ byte count coming back, and the CPU is both processes' user + system time per GB
 Connections: fencepost's aggregate over 1 and over --connections (100) concurrent
 connections from one client to one server, with the retransmissions (none are
 needed: loopback loses nothing unless a socket buffer overflows) and both ends' CPU
-per GB.
+per GB; kernel TCP over the same counts (a thread per connection on each side),
+interleaved with them, as a peer for the ratio.
 Ping-pong: 64-byte messages, one in flight, ROUND_TRIPS times; p50 and p99.
 Every case runs --reps times (default 3), interleaved, and prints min / median / max;
 a failed run is shown and counted, never averaged in. --json FILE writes every figure.
@@ -142,12 +143,18 @@ def main() -> int:
     if args.only in (None, "connections"):
         # fencepost only: one server, one client socket, the same bytes over 1 and over N connections.
         runs = {k: [] for k in (1, args.connections)}
+        # Kernel TCP over the same counts (a thread per connection on each side), interleaved
+        # with fencepost's runs: a peer for the ratio, measured on the same host at the same time.
+        tcp_runs = {k: [] for k in runs}
         for rep in range(args.reps):
             for k in runs:
                 r = one_run("fencepost", ["--no-verify", "--connections", str(k)], ["--bytes", str(args.bytes)], timeout=180)
                 runs[k].append(r)
                 print(f"  connections rep {rep + 1} x{k}: {r.get('error') or '%.2f Gbit/s, %d retransmissions' % (r['client']['gbit_per_s'], r['client']['retransmissions'])}",
                       file=sys.stderr, flush=True)
+                r = one_run("tcp", ["--connections", str(k)], ["--bytes", str(args.bytes)], timeout=180)
+                tcp_runs[k].append(r)
+                print(f"  connections rep {rep + 1} x{k} kernel TCP: {r.get('error') or '%.2f Gbit/s' % r['client']['gbit_per_s']}", file=sys.stderr, flush=True)
         print(f"\nfencepost --no-verify, {args.bytes / 1e9:g} GB over 1 and over {args.connections} concurrent connections to one server, loopback (no loss)")
         for k, rs in runs.items():
             ok = [r for r in rs if "error" not in r]
@@ -176,6 +183,18 @@ def main() -> int:
             cpu_one, cpu_many = results["connections"][1]["cpu_s_per_gb"], results["connections"][args.connections]["cpu_s_per_gb"]
             if cpu_one and cpu_many:
                 print(f"  CPU per GB over {args.connections} / one connection = {cpu_many['median'] / cpu_one['median']:.2f} (medians)")
+        print(f"kernel TCP, the same bytes over 1 and over {args.connections} connections (a thread per connection each side)")
+        results["connections"]["kernel TCP"] = {}
+        for k, rs in tcp_runs.items():
+            ok = [r for r in rs if "error" not in r]
+            rate = spread([r["client"]["gbit_per_s"] for r in ok])
+            cpu = spread([(r["client"]["cpu_s"] + r["server"]["cpu_s"]) / (r["client"]["bytes"] / 1e9) for r in ok if r["client"].get("bytes")])
+            results["connections"]["kernel TCP"][k] = {"gbit_per_s": rate, "cpu_s_per_gb": cpu, "failed": len(rs) - len(ok), "runs": rs}
+            print(f"  {k:4d} connection(s): aggregate {rate.get('min', float('nan')):6.2f} {rate.get('median', float('nan')):6.2f} {rate.get('max', float('nan')):6.2f} Gbit/s"
+                  f"  CPU s/GB (both ends) {cpu.get('min', float('nan')):.2f} {cpu.get('median', float('nan')):.2f} {cpu.get('max', float('nan')):.2f}  failed {len(rs) - len(ok)}")
+        tcp_one, tcp_many = results["connections"]["kernel TCP"][1]["gbit_per_s"], results["connections"]["kernel TCP"][args.connections]["gbit_per_s"]
+        if tcp_one and tcp_many:
+            print(f"  aggregate over {args.connections} / one connection = {tcp_many['median'] / tcp_one['median']:.2f} (medians)")
     if args.only in (None, "pingpong"):
         runs = {label: [] for label, _, _ in PINGPONG}
         for rep in range(args.reps):

@@ -6,7 +6,7 @@
 //! ```text
 //! peers server PROTO ADDR [--echo] [--insecure] [--cert FILE] [--no-verify] [--redundancy-none] [--packet-size BYTES] [--cc SPEC] [--driver thread|task|inline [--busy-poll-us N] [--wait io-uring|epoll]] [--runtime multi|current]
 //! peers client PROTO ADDR (--bytes N | --pingpong N) [--insecure] [--cert FILE] [--no-verify] [--redundancy-none] [--packet-size BYTES] [--cc SPEC] [--driver thread|task|inline [--busy-poll-us N] [--wait io-uring|epoll]] [--runtime multi|current]
-//! peers server|client fencepost ADDR --connections K ...   (K concurrent connections)
+//! peers server|client fencepost|tcp ADDR --connections K ...   (K concurrent connections; tcp: bulk only)
 //! ```
 //! PROTO is fencepost, quinn, tcp or udp. A server serves one connection and exits.
 //! `--cc` (fencepost) picks the congestion controller as `fencepost send --cc` does.
@@ -41,7 +41,7 @@ struct Args {
     echo: bool,
     /// fencepost: the congestion controller, as `fencepost send --cc` takes it (default: the profile's).
     cc: Option<String>,
-    /// fencepost: concurrent connections (client: the bytes are split among them; server: serve this many, then exit).
+    /// fencepost and tcp: concurrent connections (client: the bytes are split among them; server: serve this many, then exit).
     connections: usize,
     cert: Option<String>,
     /// fencepost's payload per packet (the default fills a 1500-byte IP packet).
@@ -131,6 +131,12 @@ fn parse_args() -> Args {
     }
     if (a.busy_poll.is_some() || wait_given) && !a.inline {
         usage("--busy-poll-us and --wait: only with --driver inline (the blocking endpoint)");
+    }
+    if a.connections > 1 && !matches!(a.proto.as_str(), "fencepost" | "tcp") {
+        usage("--connections: fencepost and tcp only");
+    }
+    if a.connections > 1 && a.proto == "tcp" && (a.pingpong.is_some() || a.echo) {
+        usage("--connections with tcp: bulk only (a client with --bytes N, a server without --echo)");
     }
     if a.inline && (a.bytes.is_some() || (a.role == "server" && !a.echo) || a.connections > 1) {
         usage("--driver inline: ping-pong only (a client with --pingpong N, a server with --echo, one connection)");
@@ -463,6 +469,9 @@ async fn quinn_pingpong(send: &mut quinn::SendStream, recv: &mut quinn::RecvStre
 }
 
 fn tcp(args: &Args) -> Result<serde_json::Value> {
+    if args.connections > 1 {
+        return tcp_connections(args);
+    }
     if args.role == "server" {
         let listener = std::net::TcpListener::bind(args.addr)?;
         let (mut s, _) = listener.accept()?;
@@ -513,6 +522,88 @@ fn tcp(args: &Args) -> Result<serde_json::Value> {
     }
     s.write_all(b"p")?;
     Ok(pingpong_fields(blocking_pingpong(&mut s, args.pingpong.unwrap_or(1))?))
+}
+
+/// Kernel TCP over `--connections K` (bulk only), for fencepost's many-connection case
+/// to have a peer: a thread per connection on each side, as a blocking TCP program
+/// would have it. The server accepts K connections and counts each one's bytes; the
+/// client splits its bytes among K connections opened at once. Timed, like fencepost's
+/// case, from before the first connect to the last connection's receipt.
+fn tcp_connections(args: &Args) -> Result<serde_json::Value> {
+    let k = args.connections;
+    if args.role == "server" {
+        let listener = std::net::TcpListener::bind(args.addr)?;
+        let mut sinks = Vec::new();
+        let mut started = None;
+        for _ in 0..k {
+            let (mut s, _) = listener.accept()?;
+            started.get_or_insert_with(Instant::now);
+            sinks.push(std::thread::spawn(move || -> std::io::Result<u64> {
+                let mut first = [0u8; 1];
+                s.read_exact(&mut first)?;
+                if first[0] != b'b' {
+                    return Err(std::io::Error::other("many TCP connections: bulk only"));
+                }
+                let mut buf = vec![0u8; CHUNK];
+                let mut bytes = 0u64;
+                loop {
+                    match s.read(&mut buf)? {
+                        0 => break,
+                        n => bytes += n as u64,
+                    }
+                }
+                s.write_all(&bytes.to_be_bytes())?;
+                Ok(bytes)
+            }));
+        }
+        let mut total = 0;
+        for sink in sinks {
+            total += sink.join().map_err(|_| "a TCP sink thread panicked")??;
+        }
+        let seconds = started.map_or(0.0, |t| t.elapsed().as_secs_f64());
+        let mut fields = bulk_fields(total, seconds);
+        fields["connections"] = k.into();
+        return Ok(fields);
+    }
+    let Some(bytes) = args.bytes else {
+        return Err("many TCP connections: bulk only (--bytes N)".into());
+    };
+    let data = Arc::new(payload());
+    let share = bytes / k as u64;
+    let started = Instant::now();
+    let addr = args.addr;
+    let senders: Vec<_> = (0..k)
+        .map(|i| {
+            let data = Arc::clone(&data);
+            // The first connection carries what does not divide evenly.
+            let mine = if i == 0 { bytes - share * (k as u64 - 1) } else { share };
+            std::thread::spawn(move || -> std::io::Result<u64> {
+                let mut s = std::net::TcpStream::connect(addr)?;
+                s.write_all(b"b")?;
+                let mut left = mine;
+                while left > 0 {
+                    let n = left.min(CHUNK as u64) as usize;
+                    s.write_all(&data[..n])?;
+                    left -= n as u64;
+                }
+                s.shutdown(std::net::Shutdown::Write)?;
+                let mut receipt = [0u8; 8];
+                s.read_exact(&mut receipt)?;
+                let got = u64::from_be_bytes(receipt);
+                if got != mine {
+                    return Err(std::io::Error::other(format!("a TCP sink counted {got} bytes of {mine}")));
+                }
+                Ok(got)
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for sender in senders {
+        total += sender.join().map_err(|_| "a TCP sender thread panicked")??;
+    }
+    let mut fields = bulk_fields(total, started.elapsed().as_secs_f64());
+    fields["connections"] = k.into();
+    Ok(fields)
 }
 
 /// Plain UDP: no reliability, no congestion control. Bulk: the client sends its bytes as
