@@ -141,7 +141,7 @@ def main() -> int:
             if med[label] and med["quinn"] and med["kernel TCP"]:
                 print(f"  {label}: {med[label] / med['quinn']:.2f}x quinn, {med[label] / med['kernel TCP']:.2f}x kernel TCP (medians)")
     if args.only in (None, "connections"):
-        # fencepost only: one server, one client socket, the same bytes over 1 and over N connections.
+        # fencepost: one server, one client socket, the same bytes over 1 and over N connections.
         runs = {k: [] for k in (1, args.connections)}
         # Kernel TCP over the same counts (a thread per connection on each side), interleaved
         # with fencepost's runs: a peer for the ratio, measured on the same host at the same time.

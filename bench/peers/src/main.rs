@@ -537,6 +537,7 @@ fn tcp_connections(args: &Args) -> Result<serde_json::Value> {
         let mut started = None;
         for _ in 0..k {
             let (mut s, _) = listener.accept()?;
+            s.set_nodelay(true)?;
             started.get_or_insert_with(Instant::now);
             sinks.push(std::thread::spawn(move || -> std::io::Result<u64> {
                 let mut first = [0u8; 1];
@@ -579,6 +580,8 @@ fn tcp_connections(args: &Args) -> Result<serde_json::Value> {
             let mine = if i == 0 { bytes - share * (k as u64 - 1) } else { share };
             std::thread::spawn(move || -> std::io::Result<u64> {
                 let mut s = std::net::TcpStream::connect(addr)?;
+                // As the one-connection case sets it.
+                s.set_nodelay(true)?;
                 s.write_all(b"b")?;
                 let mut left = mine;
                 while left > 0 {
