@@ -488,40 +488,53 @@ fn tcp(args: &Args) -> Result<serde_json::Value> {
             }
             return Ok(serde_json::json!({"round_trips": n}));
         }
-        let mut buf = vec![0u8; CHUNK];
-        let mut bytes = 0u64;
-        loop {
-            match s.read(&mut buf)? {
-                0 => break,
-                n => bytes += n as u64,
-            }
-        }
-        s.write_all(&bytes.to_be_bytes())?;
+        let bytes = tcp_sink(&mut s)?;
         return Ok(bulk_fields(bytes, started.elapsed().as_secs_f64()));
     }
     let mut s = std::net::TcpStream::connect(args.addr)?;
     s.set_nodelay(true)?;
     if let Some(bytes) = args.bytes {
         let started = Instant::now();
-        let data = payload();
-        s.write_all(b"b")?;
-        let mut left = bytes;
-        while left > 0 {
-            let n = left.min(CHUNK as u64) as usize;
-            s.write_all(&data[..n])?;
-            left -= n as u64;
-        }
-        s.shutdown(std::net::Shutdown::Write)?;
-        let mut receipt = [0u8; 8];
-        s.read_exact(&mut receipt)?;
-        let got = u64::from_be_bytes(receipt);
-        if got != bytes {
-            return Err(format!("the TCP sink counted {got} bytes of {bytes}").into());
-        }
+        let got = tcp_send_bulk(&mut s, &payload(), bytes)?;
         return Ok(bulk_fields(got, started.elapsed().as_secs_f64()));
     }
     s.write_all(b"p")?;
     Ok(pingpong_fields(blocking_pingpong(&mut s, args.pingpong.unwrap_or(1))?))
+}
+
+/// A TCP bulk sink after its first byte: counts what arrives until the sender shuts its
+/// side, then sends the count back.
+fn tcp_sink(s: &mut std::net::TcpStream) -> std::io::Result<u64> {
+    let mut buf = vec![0u8; CHUNK];
+    let mut bytes = 0u64;
+    loop {
+        match s.read(&mut buf)? {
+            0 => break,
+            n => bytes += n as u64,
+        }
+    }
+    s.write_all(&bytes.to_be_bytes())?;
+    Ok(bytes)
+}
+
+/// A TCP bulk sender: announces a bulk transfer, writes `bytes` of `data` (repeated),
+/// shuts its side and checks the sink's count.
+fn tcp_send_bulk(s: &mut std::net::TcpStream, data: &[u8], bytes: u64) -> std::io::Result<u64> {
+    s.write_all(b"b")?;
+    let mut left = bytes;
+    while left > 0 {
+        let n = left.min(data.len() as u64) as usize;
+        s.write_all(&data[..n])?;
+        left -= n as u64;
+    }
+    s.shutdown(std::net::Shutdown::Write)?;
+    let mut receipt = [0u8; 8];
+    s.read_exact(&mut receipt)?;
+    let got = u64::from_be_bytes(receipt);
+    if got != bytes {
+        return Err(std::io::Error::other(format!("the TCP sink counted {got} bytes of {bytes}")));
+    }
+    Ok(got)
 }
 
 /// Kernel TCP over `--connections K` (bulk only), for fencepost's many-connection case
@@ -545,16 +558,7 @@ fn tcp_connections(args: &Args) -> Result<serde_json::Value> {
                 if first[0] != b'b' {
                     return Err(std::io::Error::other("many TCP connections: bulk only"));
                 }
-                let mut buf = vec![0u8; CHUNK];
-                let mut bytes = 0u64;
-                loop {
-                    match s.read(&mut buf)? {
-                        0 => break,
-                        n => bytes += n as u64,
-                    }
-                }
-                s.write_all(&bytes.to_be_bytes())?;
-                Ok(bytes)
+                tcp_sink(&mut s)
             }));
         }
         let mut total = 0;
@@ -582,21 +586,7 @@ fn tcp_connections(args: &Args) -> Result<serde_json::Value> {
                 let mut s = std::net::TcpStream::connect(addr)?;
                 // As the one-connection case sets it.
                 s.set_nodelay(true)?;
-                s.write_all(b"b")?;
-                let mut left = mine;
-                while left > 0 {
-                    let n = left.min(CHUNK as u64) as usize;
-                    s.write_all(&data[..n])?;
-                    left -= n as u64;
-                }
-                s.shutdown(std::net::Shutdown::Write)?;
-                let mut receipt = [0u8; 8];
-                s.read_exact(&mut receipt)?;
-                let got = u64::from_be_bytes(receipt);
-                if got != mine {
-                    return Err(std::io::Error::other(format!("a TCP sink counted {got} bytes of {mine}")));
-                }
-                Ok(got)
+                tcp_send_bulk(&mut s, &data, mine)
             })
         })
         .collect();
