@@ -569,8 +569,9 @@ impl Connection {
         }
         let until = self.read_timeout.map(|t| Instant::now() + t);
         let read = self.io.drive(until, |_, st| {
-            let Some(conn) = st.proto.connection_mut(self.handle) else { return Some(Ok(0)) };
-            match conn.read(buf) {
+            // With the endpoint's spare receive buffers lent (see `Endpoint::reading`).
+            let Some(read) = st.proto.reading(self.handle, |conn| conn.read(buf)) else { return Some(Ok(0)) };
+            match read {
                 Ok(n) => Some(Ok(n)),
                 Err(ReadError::WouldBlock) => None,
                 Err(ReadError::ConnectionLost(e)) => Some(Err(self.lost(e))),

@@ -743,6 +743,14 @@ impl fmt::Debug for Connection {
     }
 }
 
+/// What one read of a connection came to, under the endpoint's lock.
+enum ReadOutcome {
+    Read { n: usize, wake_driver: bool },
+    /// Nothing readable yet (whether the peer alternates with us: request and reply).
+    Nothing { peer_alternates: bool },
+    Lost(fencepost_proto::ConnectionError),
+}
+
 impl Connection {
     pub fn remote_addr(&self) -> SocketAddr {
         self.remote
@@ -933,22 +941,26 @@ impl Connection {
             if let Some(why) = &st.stopped {
                 return Poll::Ready(Err(NetError::EndpointClosed(why.clone()).into()));
             }
-            let Some(conn) = st.proto.connection_mut(self.handle) else { return Poll::Ready(Ok(0)) };
-            match conn.read_with(max, &mut *consume) {
-                Ok(n) => {
-                    let wake = conn.wants_transmit();
+            // Read with the endpoint's spare receive buffers lent (see `Endpoint::reading`).
+            let read = st.proto.reading(self.handle, |conn| match conn.read_with(max, &mut *consume) {
+                Ok(n) => ReadOutcome::Read { n, wake_driver: conn.wants_transmit() },
+                Err(ReadError::WouldBlock) => ReadOutcome::Nothing { peer_alternates: conn.peer_alternates() },
+                Err(ReadError::ConnectionLost(e)) => ReadOutcome::Lost(e),
+            });
+            match read {
+                None => return Poll::Ready(Ok(0)),
+                Some(ReadOutcome::Read { n, wake_driver }) => {
                     drop(st);
-                    if wake {
+                    if wake_driver {
                         self.shared.wake_driver.notify_one();
                     }
                     return Poll::Ready(Ok(n));
                 }
-                Err(ReadError::WouldBlock) => {
-                    let exchange = conn.peer_alternates();
+                Some(ReadOutcome::Nothing { peer_alternates }) => {
                     if let Some(w) = st.waiters.get_mut(&self.handle) {
                         w.read.register(cx.waker());
                     }
-                    let receive_here = exchange && st.waiters.len() == 1 && self.shared.config.driver == DriverPlacement::Thread;
+                    let receive_here = peer_alternates && st.waiters.len() == 1 && self.shared.config.driver == DriverPlacement::Thread;
                     drop(st);
                     if receive_here && receives_left > 0 && self.shared.receive_for_reader(cx, self.handle) {
                         receives_left -= 1;
@@ -956,7 +968,7 @@ impl Connection {
                     }
                     return Poll::Pending;
                 }
-                Err(ReadError::ConnectionLost(e)) => return Poll::Ready(Err(self.lost(e).into())),
+                Some(ReadOutcome::Lost(e)) => return Poll::Ready(Err(self.lost(e).into())),
             }
         }
     }

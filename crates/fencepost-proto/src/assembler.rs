@@ -120,6 +120,10 @@ pub struct Assembler {
     /// most in use at once, so spares hold no more memory than the receive buffer once
     /// held (as a ring's capacity stays at its largest), until `shrink_to_fit`.
     spare: Vec<Vec<u8>>,
+    /// While an endpoint's spares are lent in `spare` (see [`Assembler::swap_spares`]),
+    /// the bytes they and what the endpoint's budget counts may come to; `None` while
+    /// `spare` is this assembler's own.
+    lent_room: Option<usize>,
 }
 
 impl Assembler {
@@ -140,6 +144,7 @@ impl Assembler {
             held_bytes: 0,
             budget: None,
             spare: Vec::new(),
+            lent_room: None,
         }
     }
 
@@ -170,6 +175,17 @@ impl Assembler {
         }
         self.capacity = self.capacity.saturating_mul(2).min(self.max_capacity);
         true
+    }
+
+    /// Exchanges the spare buffers with `spares`. With `room`, `spares` are an endpoint's,
+    /// lent for one call (a packet taken in, a read), and grow only while they and the
+    /// bytes the budget counts stay within `room` bytes; swap them back with `None` after it. Each connection keeping spares of its own copied a
+    /// packet into the buffer it freed last, which a hundred other connections' traffic
+    /// had pushed out of the caches since: shared, the buffer some reader freed last is
+    /// the next one filled.
+    pub fn swap_spares(&mut self, spares: &mut Vec<Vec<u8>>, room: Option<usize>) {
+        std::mem::swap(&mut self.spare, spares);
+        self.lent_room = room;
     }
 
     /// Charges what this assembler holds to an endpoint-wide budget from now on.
@@ -420,7 +436,13 @@ impl Assembler {
     /// of the loopback rate).
     fn recycle(&mut self, mut bytes: Vec<u8>) {
         // Only full-sized buffers: a small one would be grown again by the next payload.
-        if bytes.capacity() >= self.max_payload && self.spare.len() + self.buffers_in_use() < self.buffers_peak {
+        let room = match self.lent_room {
+            // The endpoint's connections together, as one assembler alone below: spares
+            // and what is held stay within the most held at once (and a floor).
+            Some(limit) => (self.spare.len() + 1) * self.max_payload + self.budget.as_ref().map_or(0, |b| b.used()) <= limit,
+            None => self.spare.len() + self.buffers_in_use() < self.buffers_peak,
+        };
+        if bytes.capacity() >= self.max_payload && room {
             bytes.clear();
             self.spare.push(bytes);
         }
@@ -694,6 +716,37 @@ mod tests {
         let mut b = Assembler::new(1 << 20, 100);
         b.insert(4, b"d", false);
         assert_eq!(b.insert(2, b"", true), Arrival::Violation, "a FIN below held data");
+    }
+
+    #[test]
+    fn lent_spares_grow_only_within_their_room_and_its_own_stay_apart() {
+        let budget = BufferBudget::new(1 << 20);
+        let mut a = Assembler::new(1 << 16, 100);
+        a.set_budget(budget.clone());
+        let mut shared = Vec::new();
+        for seq in 0..5 {
+            a.swap_spares(&mut shared, Some(usize::MAX));
+            assert_eq!(a.insert(seq, &[seq as u8; 100], false), Arrival::InOrder);
+            a.swap_spares(&mut shared, None);
+        }
+        assert_eq!(budget.used(), 500);
+        // While it reads, the budget still counts the 500 bytes being read: room for 3 more.
+        a.swap_spares(&mut shared, Some(500 + 3 * 100));
+        assert_eq!(a.read_with(usize::MAX, |_| {}), 500);
+        a.swap_spares(&mut shared, None);
+        assert_eq!(shared.len(), 3, "kept up to the room, the rest let go");
+        assert!(a.spare.is_empty(), "the assembler's own spares are not the lent ones");
+        assert_eq!(budget.used(), 0);
+        // The next packet, lent the spares, fills the buffer freed last.
+        let last_freed = shared.last().unwrap().as_ptr();
+        a.swap_spares(&mut shared, Some(usize::MAX));
+        assert_eq!(a.insert(5, &[5; 100], false), Arrival::InOrder);
+        a.swap_spares(&mut shared, None);
+        assert_eq!(shared.len(), 2);
+        assert_eq!(a.readable.chunks.back().unwrap().as_ptr(), last_freed);
+        // Not lent, the assembler keeps its own, as before.
+        assert_eq!(a.read_with(usize::MAX, |_| {}), 100);
+        assert_eq!((a.spare.len(), shared.len()), (1, 2));
     }
 
     #[test]

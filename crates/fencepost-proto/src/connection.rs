@@ -695,6 +695,12 @@ impl Connection {
         &self.config
     }
     /// Received data this connection holds is charged to `budget` (its endpoint's) from now on.
+    /// Lends the receive side `spares` (an endpoint's emptied payload buffers, up to `room`
+    /// of them) or, with `None`, takes them back: see [`Assembler::swap_spares`].
+    pub(crate) fn swap_receive_spares(&mut self, spares: &mut Vec<Vec<u8>>, room: Option<usize>) {
+        self.assembler.swap_spares(spares, room);
+    }
+
     pub fn set_buffer_budget(&mut self, budget: std::sync::Arc<crate::assembler::BufferBudget>) {
         self.assembler.set_budget(budget);
     }

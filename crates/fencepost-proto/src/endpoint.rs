@@ -185,6 +185,9 @@ impl Hasher for CidHasher {
 /// window still bound what it sends in a turn; 32 keeps the wait of one behind a hundred
 /// bulk connections to a few milliseconds at 10 Gbit/s.
 const TRANSMIT_BURST: u32 = 32;
+/// Emptied receive buffers the endpoint may keep beyond the most its connections have
+/// held at once, so that a connection whose reader keeps up still reuses its buffers.
+const SPARE_BUFFERS_FLOOR: usize = 64;
 
 /// Connections by id. While an endpoint holds few (a client holds one, as does each
 /// endpoint in the simulator), their ids are a short list searched in one or two cache
@@ -307,6 +310,12 @@ pub struct Endpoint<A: Clone + Eq + Hash> {
     burst: u32,
     /// Connections touched since they were last rescheduled.
     touched: Vec<u32>,
+    /// Emptied receive buffers shared by the connections (each connection's are lent these
+    /// while it takes in a datagram or is read; see [`crate::assembler::Assembler::swap_spares`]).
+    spare_buffers: Vec<Vec<u8>>,
+    /// The most received bytes the connections have held at once (the budget's count),
+    /// which `spare_buffers` and what is held stay within, beyond [`SPARE_BUFFERS_FLOOR`].
+    held_peak: usize,
     /// Connections with events for the application.
     with_events: VecDeque<u32>,
     /// Connections that became drained (the driver may forget them).
@@ -350,6 +359,8 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
             ready: VecDeque::new(),
             burst: 0,
             touched: Vec::new(),
+            spare_buffers: Vec::new(),
+            held_peak: 0,
             with_events: VecDeque::new(),
             drained: VecDeque::new(),
             stats: EndpointStats::default(),
@@ -389,6 +400,29 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
     }
     /// The connection, for the application to read, write or close. The endpoint
     /// takes another look at it (timers, transmissions, events) on its next call.
+    /// Runs `read` on a connection as [`Endpoint::connection_mut`] would, with the
+    /// endpoint's spare receive buffers lent to it: the buffers a read empties are the
+    /// next ones any connection fills, while they are still in the caches.
+    pub fn reading<R>(&mut self, handle: ConnectionHandle, read: impl FnOnce(&mut Connection) -> R) -> Option<R> {
+        let room = self.spare_room();
+        let entry = self.connections.get_mut(&handle.0)?;
+        if !entry.touched {
+            entry.touched = true;
+            self.touched.push(handle.0);
+        }
+        entry.connection.swap_receive_spares(&mut self.spare_buffers, Some(room));
+        let result = read(&mut entry.connection);
+        entry.connection.swap_receive_spares(&mut self.spare_buffers, None);
+        Some(result)
+    }
+
+    /// The bytes the shared spare buffers and what the connections hold may come to:
+    /// the most they have held at once, and [`SPARE_BUFFERS_FLOOR`] buffers.
+    fn spare_room(&mut self) -> usize {
+        self.held_peak = self.held_peak.max(self.budget.used());
+        self.held_peak + SPARE_BUFFERS_FLOOR * usize::from(self.config.transport.max_payload).max(1)
+    }
+
     pub fn connection_mut(&mut self, handle: ConnectionHandle) -> Option<&mut Connection> {
         let entry = self.connections.get_mut(&handle.0)?;
         if !entry.touched {
@@ -450,6 +484,17 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
         // Heap, ready and event entries naming it are skipped when they come up.
         if entry.peer_known {
             self.by_peer.remove(&(entry.remote.clone(), entry.connection.peer_cid()));
+        }
+        // The spares shrink with the connections: the most held at once falls by the share
+        // of one connection, and the spares beyond it are let go (all of them with the last).
+        let held_now = self.budget.used().saturating_sub(entry.connection.buffered_bytes());
+        self.held_peak = (self.held_peak - self.held_peak / (self.connections.len() + 1)).max(held_now);
+        let max_payload = usize::from(self.config.transport.max_payload).max(1);
+        let room = self.held_peak + SPARE_BUFFERS_FLOOR * max_payload;
+        let keep = if self.connections.is_empty() { 0 } else { room.saturating_sub(held_now) / max_payload };
+        self.spare_buffers.truncate(keep);
+        if self.spare_buffers.is_empty() {
+            self.spare_buffers = Vec::new();
         }
         Some(entry.connection)
     }
@@ -559,8 +604,11 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
     }
 
     fn deliver(&mut self, cid: u32, handle: impl FnOnce(&mut Connection)) -> Option<DatagramEvent<A>> {
+        let room = self.spare_room();
         let entry = self.connections.get_mut(&cid)?;
+        entry.connection.swap_receive_spares(&mut self.spare_buffers, Some(room));
         handle(&mut entry.connection);
+        entry.connection.swap_receive_spares(&mut self.spare_buffers, None);
         if entry.pass != self.receive_pass {
             entry.pass = self.receive_pass;
             entry.pass_datagrams = 0;
@@ -1269,5 +1317,35 @@ mod tests {
             assert_eq!(net.1.stats().stateless_resets_sent, 1);
             assert_eq!(net.0.connection(h).unwrap().error(), Some(&crate::ConnectionError::Reset(ResetReason::UnknownConnection)));
         }
+    }
+
+    #[test]
+    fn a_buffer_one_connections_reader_empties_is_the_next_another_fills() {
+        let mut net = pair(10);
+        let t = Instant::from_millis(1);
+        let (first, second) = (net.0.connect(t, 1), net.0.connect(t, 1));
+        exchange(&mut net, t);
+        let payload = usize::from(TransportConfig::default().max_payload);
+        net.0.connection_mut(first).unwrap().write(&vec![1; 3 * payload]).unwrap();
+        exchange(&mut net, t);
+        let servers: Vec<_> = net.1.handles().collect();
+        let readable = |net: &Net, h| net.1.connection(h).unwrap().readable_len();
+        let (&one, &other) = (servers.iter().find(|&&h| readable(&net, h) > 0).unwrap(), servers.iter().find(|&&h| readable(&net, h) == 0).unwrap());
+        let mut got = vec![0u8; 4 * payload];
+        assert_eq!(net.1.reading(one, |c| c.read(&mut got).unwrap()), Some(3 * payload));
+        assert_eq!(net.1.spare_buffers.len(), 3, "the emptied buffers went to the endpoint");
+        let last_freed = net.1.spare_buffers.last().unwrap().as_ptr();
+        net.0.connection_mut(second).unwrap().write(&vec![2; payload]).unwrap();
+        exchange(&mut net, t);
+        assert_eq!(readable(&net, other), payload);
+        assert_eq!(net.1.spare_buffers.len(), 2);
+        assert!(net.1.spare_buffers.iter().all(|b| b.as_ptr() != last_freed), "the other connection filled the buffer freed last");
+        assert_eq!(net.1.reading(other, |c| c.read(&mut got).unwrap()), Some(payload));
+        assert_eq!(net.1.spare_buffers.last().unwrap().as_ptr(), last_freed);
+        // They go with the connections: some with the first, all with the last.
+        net.1.remove(one);
+        assert!(net.1.spare_buffers.len() <= 3);
+        net.1.remove(other);
+        assert_eq!(net.1.spare_buffers.capacity(), 0);
     }
 }
