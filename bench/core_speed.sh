@@ -3,7 +3,8 @@
 # and a server endpoint joined in memory (no sockets, threads or wake-ups), so the figures
 # are the core's alone and vary little from run to run (docs/speed.md, "Many connections
 # to one server"). 2026-11-27: 100 connections 1.07-1.14x one connection's cost, 1,000
-# connections 2.0x (the server's receive path, on per-connection state out of the caches).
+# connections 2.0x (the server's receive path, on per-connection state out of the caches;
+# 1.75x once the connections shared their spare receive buffers).
 # Usage: bash bench/core_speed.sh [BYTES e.g. 400MB] [CONNECTIONS...] [reps=N]
 set -euo pipefail
 cd "$(dirname "$0")/.."
