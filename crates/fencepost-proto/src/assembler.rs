@@ -120,9 +120,10 @@ pub struct Assembler {
     /// most in use at once, so spares hold no more memory than the receive buffer once
     /// held (as a ring's capacity stays at its largest), until `shrink_to_fit`.
     spare: Vec<Vec<u8>>,
-    /// While an endpoint's spares are lent in `spare` (see [`Assembler::swap_spares`]),
-    /// the bytes they and what the endpoint's budget counts may come to; `None` while
-    /// `spare` is this assembler's own.
+    /// An endpoint's spares, lent for one call (see [`Assembler::swap_spares`]); empty,
+    /// and not allocated, otherwise.
+    lent: Vec<Vec<u8>>,
+    /// While `lent` is lent, the bytes it and what the endpoint's budget counts may come to.
     lent_room: Option<usize>,
 }
 
@@ -144,6 +145,7 @@ impl Assembler {
             held_bytes: 0,
             budget: None,
             spare: Vec::new(),
+            lent: Vec::new(),
             lent_room: None,
         }
     }
@@ -177,15 +179,22 @@ impl Assembler {
         true
     }
 
-    /// Exchanges the spare buffers with `spares`. With `room`, `spares` are an endpoint's,
-    /// lent for one call (a packet taken in, a read), and grow only while they and the
-    /// bytes the budget counts stay within `room` bytes; swap them back with `None` after it. Each connection keeping spares of its own copied a
-    /// packet into the buffer it freed last, which a hundred other connections' traffic
-    /// had pushed out of the caches since: shared, the buffer some reader freed last is
-    /// the next one filled.
+    /// Lends the assembler an endpoint's spare buffers (`room`: the bytes they and what
+    /// the endpoint's budget counts may come to) for one call, a packet taken in or a
+    /// read; the same call with `None` takes them back. While they are lent, packets go
+    /// into them first and emptied buffers go back to them. Each connection keeping
+    /// spares of its own copied a packet into the buffer it emptied last, which a hundred
+    /// other connections' traffic had pushed out of the caches since; shared, the buffer
+    /// some reader emptied last is the next one filled. The assembler's own spares stay
+    /// as they were (a caller that reads without lending still finds them).
     pub fn swap_spares(&mut self, spares: &mut Vec<Vec<u8>>, room: Option<usize>) {
-        std::mem::swap(&mut self.spare, spares);
+        std::mem::swap(&mut self.lent, spares);
         self.lent_room = room;
+    }
+
+    /// An emptied buffer for the next payload: a lent one first, else one of its own.
+    fn take_spare(&mut self) -> Option<Vec<u8>> {
+        self.lent.pop().or_else(|| self.spare.pop())
     }
 
     /// Charges what this assembler holds to an endpoint-wide budget from now on.
@@ -306,7 +315,7 @@ impl Assembler {
             let held = if payload.len() < self.max_payload / 2 {
                 payload.to_vec()
             } else {
-                let mut held = self.spare.pop().unwrap_or_else(|| Vec::with_capacity(self.max_payload));
+                let mut held = self.take_spare().unwrap_or_else(|| Vec::with_capacity(self.max_payload));
                 held.extend_from_slice(payload);
                 held
             };
@@ -396,7 +405,7 @@ impl Assembler {
             }
             return;
         }
-        let mut chunk = self.spare.pop().unwrap_or_else(|| Vec::with_capacity(self.max_payload.max(payload.len())));
+        let mut chunk = self.take_spare().unwrap_or_else(|| Vec::with_capacity(self.max_payload.max(payload.len())));
         chunk.extend_from_slice(payload);
         self.readable.chunks.push_back(chunk);
         self.note_buffers_in_use();
@@ -436,15 +445,23 @@ impl Assembler {
     /// of the loopback rate).
     fn recycle(&mut self, mut bytes: Vec<u8>) {
         // Only full-sized buffers: a small one would be grown again by the next payload.
-        let room = match self.lent_room {
-            // The endpoint's connections together, as one assembler alone below: spares
-            // and what is held stay within the most held at once (and a floor).
-            Some(limit) => (self.spare.len() + 1) * self.max_payload + self.budget.as_ref().map_or(0, |b| b.used()) <= limit,
-            None => self.spare.len() + self.buffers_in_use() < self.buffers_peak,
-        };
-        if bytes.capacity() >= self.max_payload && room {
-            bytes.clear();
-            self.spare.push(bytes);
+        if bytes.capacity() < self.max_payload {
+            return;
+        }
+        bytes.clear();
+        match self.lent_room {
+            // The endpoint's connections together, as one assembler alone below: spares and
+            // what is held stay within the most held at once (and a floor).
+            Some(limit) => {
+                if (self.lent.len() + 1) * self.max_payload + self.budget.as_ref().map_or(0, |b| b.used()) <= limit {
+                    self.lent.push(bytes);
+                }
+            }
+            None => {
+                if self.spare.len() + self.buffers_in_use() < self.buffers_peak {
+                    self.spare.push(bytes);
+                }
+            }
         }
     }
 
@@ -735,7 +752,7 @@ mod tests {
         assert_eq!(a.read_with(usize::MAX, |_| {}), 500);
         a.swap_spares(&mut shared, None);
         assert_eq!(shared.len(), 3, "kept up to the room, the rest let go");
-        assert!(a.spare.is_empty(), "the assembler's own spares are not the lent ones");
+        assert!(a.spare.is_empty() && a.lent.is_empty(), "the assembler's own spares are not the lent ones");
         assert_eq!(budget.used(), 0);
         // The next packet, lent the spares, fills the buffer freed last.
         let last_freed = shared.last().unwrap().as_ptr();
@@ -747,6 +764,14 @@ mod tests {
         // Not lent, the assembler keeps its own, as before.
         assert_eq!(a.read_with(usize::MAX, |_| {}), 100);
         assert_eq!((a.spare.len(), shared.len()), (1, 2));
+        // Lent an empty stack, it falls back on its own spares.
+        let own = a.spare.last().unwrap().as_ptr();
+        let mut empty = Vec::new();
+        a.swap_spares(&mut empty, Some(usize::MAX));
+        assert_eq!(a.insert(6, &[6; 100], false), Arrival::InOrder);
+        a.swap_spares(&mut empty, None);
+        assert_eq!(a.readable.chunks.back().unwrap().as_ptr(), own);
+        assert!(a.spare.is_empty() && empty.is_empty());
     }
 
     #[test]
