@@ -217,6 +217,11 @@ impl Disassembler {
         self.capacity.saturating_sub(self.stream.len()).min(unsent_limit.saturating_sub(unsent))
     }
 
+    /// The room an emptied buffer has: its capacity, at most the unsent limit.
+    pub fn room_when_drained(&self) -> usize {
+        self.capacity.min(self.unsent_limit)
+    }
+
     /// Sets the most the buffer holds, unacknowledged and unsent together. Below what it
     /// holds now, it takes no more writes until acks bring it under.
     pub fn set_capacity(&mut self, bytes: usize) {

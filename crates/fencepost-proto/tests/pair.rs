@@ -96,6 +96,31 @@ fn reset_reaches_the_peer() {
 }
 
 #[test]
+fn a_blocked_writer_is_woken_once_a_quarter_of_its_room_is_free() {
+    // 40 kB of send buffer (the unsent floor, 64 kB, is larger): woken at 10 kB free.
+    let client = TransportConfig { send_buffer: 40_000, ..fast_config() };
+    let server = TransportConfig { recv_buffer: 20_000, ..fast_config() };
+    let mut p = Pair::new(client, server);
+    p.run_until(at(20));
+    assert_eq!(p.client.write(&[7u8; 100_000]).unwrap(), 40_000, "the send buffer takes what fits");
+    p.client_events.clear();
+    let (mut held_back, mut t) = (0, 20);
+    while !p.client_events.contains(&Event::Writable) {
+        t += 1;
+        assert!(t < 5_000, "the writer was never woken");
+        p.run_until(at(t));
+        Pair::read_all(p.server());
+        let room = p.client.send_capacity();
+        if !p.client_events.contains(&Event::Writable) && room > 0 {
+            assert!(room < 10_000, "{room} bytes free and the writer still asleep");
+            held_back += 1;
+        }
+    }
+    assert!(held_back > 0, "room came free a little at a time, and the writer slept through it");
+    assert!(p.client.send_capacity() >= 10_000);
+}
+
+#[test]
 fn flow_control_stops_the_sender_at_the_receive_window() {
     // The server buffers 1000 bytes: 10 packets of 100.
     let server = TransportConfig { recv_buffer: 1000, ..fast_config() };
