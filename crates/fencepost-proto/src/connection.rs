@@ -702,13 +702,14 @@ impl Connection {
     pub fn config(&self) -> &TransportConfig {
         &self.config
     }
-    /// Received data this connection holds is charged to `budget` (its endpoint's) from now on.
-    /// Lends the receive side `spares` (an endpoint's emptied payload buffers, up to `room`
-    /// of them) or, with `None`, takes them back: see [`Assembler::swap_spares`].
+    /// Lends the receive side `spares` (an endpoint's emptied payload buffers; `room`, the
+    /// bytes they and what the endpoint holds may come to) or, with `None`, takes them
+    /// back: see [`Assembler::swap_spares`].
     pub(crate) fn swap_receive_spares(&mut self, spares: &mut Vec<Vec<u8>>, room: Option<usize>) {
         self.assembler.swap_spares(spares, room);
     }
 
+    /// Received data this connection holds is charged to `budget` (its endpoint's) from now on.
     pub fn set_buffer_budget(&mut self, budget: std::sync::Arc<crate::assembler::BufferBudget>) {
         self.assembler.set_budget(budget);
     }

@@ -398,8 +398,6 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
     pub fn connection(&self, handle: ConnectionHandle) -> Option<&Connection> {
         self.connections.get(&handle.0).map(|e| &e.connection)
     }
-    /// The connection, for the application to read, write or close. The endpoint
-    /// takes another look at it (timers, transmissions, events) on its next call.
     /// Runs `read` on a connection as [`Endpoint::connection_mut`] would, with the
     /// endpoint's spare receive buffers lent to it: the buffers a read empties are the
     /// next ones any connection fills, while they are still in the caches.
@@ -423,6 +421,8 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
         self.held_peak + SPARE_BUFFERS_FLOOR * usize::from(self.config.transport.max_payload).max(1)
     }
 
+    /// The connection, for the application to read, write or close. The endpoint
+    /// takes another look at it (timers, transmissions, events) on its next call.
     pub fn connection_mut(&mut self, handle: ConnectionHandle) -> Option<&mut Connection> {
         let entry = self.connections.get_mut(&handle.0)?;
         if !entry.touched {
