@@ -47,11 +47,14 @@ const UNSENT_FLOOR_MAX: u64 = 512 * 1024;
 const UNSENT_FLOOR_TIME: Duration = Duration::from_millis(50);
 
 /// A writer that found the send buffer full is woken ([`Event::Writable`]) once this share
-/// of the room an emptied buffer has is free again, not at the first byte (TCP, too,
-/// waits for part of its send buffer, `sk_stream_write_space`). Woken at every ack, each
-/// of a hundred bulk writers over loopback came back once per 23 data packets, and each
-/// return is a task woken, the endpoint's lock taken and a short write; the unsent floor
-/// (`UNSENT_FLOOR_TIME`) leaves the sender three quarters of it meanwhile.
+/// of what may wait unsent is free again (`Disassembler::unsent_room`), not at the first
+/// byte (TCP, too, waits for part of its send buffer, `sk_stream_write_space`). Woken at
+/// every ack, each of a hundred bulk writers over loopback came back once per 23 data
+/// packets, and each return is a task woken, the endpoint's lock taken and a short write.
+/// Three quarters of what may wait unsent still wait when it is woken, so the sender does
+/// not run dry meanwhile; a share of the whole buffer instead would, where what is in
+/// flight fills most of it (a window near the buffer's size), keep the writer asleep
+/// until the sender had nothing left.
 const WRITABLE_SHARE: usize = 4;
 
 /// Copies of the Initial a client's handshake attempt sends at most: one at first, one
@@ -1885,7 +1888,7 @@ impl Connection {
             self.trace_metrics(now);
         }
         self.disassembler.set_unsent_limit(self.unsent_limit());
-        if self.write_blocked && self.send_capacity() >= (self.disassembler.room_when_drained() / WRITABLE_SHARE).max(1) {
+        if self.write_blocked && self.send_capacity() >= (self.disassembler.unsent_room() / WRITABLE_SHARE).max(1) {
             self.write_blocked = false;
             self.events.push_back(Event::Writable);
         }

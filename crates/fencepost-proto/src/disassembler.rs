@@ -217,9 +217,13 @@ impl Disassembler {
         self.capacity.saturating_sub(self.stream.len()).min(unsent_limit.saturating_sub(unsent))
     }
 
-    /// The room an emptied buffer has: its capacity, at most the unsent limit.
-    pub fn room_when_drained(&self) -> usize {
-        self.capacity.min(self.unsent_limit)
+    /// The most that may wait unsent now: the unsent limit, within what the capacity
+    /// leaves beside what was sent and is not yet acknowledged. (Free space is this less
+    /// what waits unsent.)
+    pub fn unsent_room(&self) -> usize {
+        let unsent = usize::try_from(self.unsent_bytes()).unwrap_or(usize::MAX);
+        let sent_held = self.stream.len().saturating_sub(unsent);
+        self.capacity.saturating_sub(sent_held).min(self.unsent_limit)
     }
 
     /// Sets the most the buffer holds, unacknowledged and unsent together. Below what it
