@@ -285,6 +285,15 @@ struct Entry<A> {
     pass_datagrams: u32,
 }
 
+/// Runs `f` on `connection` with `spares` (an endpoint's emptied receive buffers, `room`
+/// as in [`crate::assembler::Assembler::swap_spares`]) lent to its receive side.
+fn with_lent_spares<R>(spares: &mut Vec<Vec<u8>>, room: usize, connection: &mut Connection, f: impl FnOnce(&mut Connection) -> R) -> R {
+    connection.swap_receive_spares(spares, Some(room));
+    let result = f(connection);
+    connection.swap_receive_spares(spares, None);
+    result
+}
+
 pub struct Endpoint<A: Clone + Eq + Hash> {
     config: EndpointConfig,
     rng: ChaCha20Rng,
@@ -402,23 +411,29 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
     /// endpoint's spare receive buffers lent to it: the buffers a read empties are the
     /// next ones any connection fills, while they are still in the caches.
     pub fn reading<R>(&mut self, handle: ConnectionHandle, read: impl FnOnce(&mut Connection) -> R) -> Option<R> {
-        let room = self.spare_room();
+        let room = self.lend_room();
         let entry = self.connections.get_mut(&handle.0)?;
         if !entry.touched {
             entry.touched = true;
             self.touched.push(handle.0);
         }
-        entry.connection.swap_receive_spares(&mut self.spare_buffers, Some(room));
-        let result = read(&mut entry.connection);
-        entry.connection.swap_receive_spares(&mut self.spare_buffers, None);
-        Some(result)
+        Some(with_lent_spares(&mut self.spare_buffers, room, &mut entry.connection, read))
+    }
+
+    /// [`Endpoint::spare_room`] as of now, the most held at once updated first.
+    fn lend_room(&mut self) -> usize {
+        self.held_peak = self.held_peak.max(self.budget.used());
+        self.spare_room()
     }
 
     /// The bytes the shared spare buffers and what the connections hold may come to:
     /// the most they have held at once, and [`SPARE_BUFFERS_FLOOR`] buffers.
-    fn spare_room(&mut self) -> usize {
-        self.held_peak = self.held_peak.max(self.budget.used());
-        self.held_peak + SPARE_BUFFERS_FLOOR * usize::from(self.config.transport.max_payload).max(1)
+    fn spare_room(&self) -> usize {
+        self.held_peak + SPARE_BUFFERS_FLOOR * self.max_payload()
+    }
+
+    fn max_payload(&self) -> usize {
+        usize::from(self.config.transport.max_payload).max(1)
     }
 
     /// The connection, for the application to read, write or close. The endpoint
@@ -489,9 +504,7 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
         // of one connection, and the spares beyond it are let go (all of them with the last).
         let held_now = self.budget.used().saturating_sub(entry.connection.buffered_bytes());
         self.held_peak = (self.held_peak - self.held_peak / (self.connections.len() + 1)).max(held_now);
-        let max_payload = usize::from(self.config.transport.max_payload).max(1);
-        let room = self.held_peak + SPARE_BUFFERS_FLOOR * max_payload;
-        let keep = if self.connections.is_empty() { 0 } else { room.saturating_sub(held_now) / max_payload };
+        let keep = if self.connections.is_empty() { 0 } else { self.spare_room().saturating_sub(held_now) / self.max_payload() };
         self.spare_buffers.truncate(keep);
         if self.spare_buffers.is_empty() {
             self.spare_buffers = Vec::new();
@@ -604,11 +617,9 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
     }
 
     fn deliver(&mut self, cid: u32, handle: impl FnOnce(&mut Connection)) -> Option<DatagramEvent<A>> {
-        let room = self.spare_room();
+        let room = self.lend_room();
         let entry = self.connections.get_mut(&cid)?;
-        entry.connection.swap_receive_spares(&mut self.spare_buffers, Some(room));
-        handle(&mut entry.connection);
-        entry.connection.swap_receive_spares(&mut self.spare_buffers, None);
+        with_lent_spares(&mut self.spare_buffers, room, &mut entry.connection, handle);
         if entry.pass != self.receive_pass {
             entry.pass = self.receive_pass;
             entry.pass_datagrams = 0;
