@@ -99,9 +99,10 @@ impl Io {
                 }
                 let answer = ready(&self.shared, &mut st);
                 // A turn that would find the core as the last one left it, its timers not yet
-                // due, is skipped (a read that waits right after the write that sent).
+                // due and nothing left unsent by the last turn, is skipped (a read that waits
+                // right after the write that sent).
                 let unchanged = match (self.settled.get(), &answer) {
-                    (Some(deadline), None) => deadline.is_none_or(|at| at > self.shared.now()),
+                    (Some(deadline), None) => !out.more_due() && deadline.is_none_or(|at| at > self.shared.now()),
                     _ => false,
                 };
                 if unchanged {

@@ -38,6 +38,13 @@ const RECEIVE_PASS_DATAGRAMS: usize = 256;
 const SPARE_BATCHES: usize = 64;
 /// A batch buffer's size: room for the largest datagram the core writes.
 const BATCH_BUF: usize = 65_536;
+/// Batches a turn writes before they are sent and the core is asked again. Unbounded, a
+/// turn took everything every connection could send: when a hundred connections' windows
+/// opened together in their first round trips, some 12 MB of new batch buffers, each page faulted
+/// in (10,000 faults and 24-26 MB peak memory for the client of 100 loopback connections;
+/// with this bound 1,900 and 13 MB). The rate did not change measurably (11.6 against 12.0
+/// Gbit/s, medians of ten interleaved runs, within their spread).
+const TURN_BATCHES: usize = 8;
 /// The most bytes one GSO send carries (the kernel's limit is a 64 KiB IP packet).
 const GSO_BYTES: usize = 65_000;
 /// The least room the core is given for a datagram: more than any handshake packet needs.
@@ -253,6 +260,12 @@ async fn run(shared: Arc<Shared>, mut socket: DriverSocket) {
         if sending {
             shared.lock().driver_sending = false;
         }
+        if out.more_due() {
+            // The core has more to send now: the next turn follows at once (after the acks
+            // that came meanwhile), with the writers' events already dispatched.
+            closing.wake();
+            continue;
+        }
         // Only now: the last ack a closed connection owed its peer is on the wire, and an
         // application that exits as soon as `closed()` returns cannot take it with it.
         closing.wake();
@@ -328,6 +341,8 @@ pub(crate) fn turn(shared: &Shared, st: &mut State, out: &mut Outgoing, closing:
 pub(crate) struct Outgoing {
     batches: std::collections::VecDeque<Batch>,
     spare: Vec<Vec<u8>>,
+    /// The last turn stopped at [`TURN_BATCHES`] with more to send: the next comes at once.
+    more_due: bool,
     /// The room the core gets for each datagram.
     max_datagram: usize,
     max_segments: usize,
@@ -338,6 +353,7 @@ impl Outgoing {
         Outgoing {
             batches: std::collections::VecDeque::new(),
             spare: Vec::new(),
+            more_due: false,
             // The largest data packet, and never less than an Ethernet frame's, which every
             // handshake packet fits (with 16-byte payloads the data packets are 50 bytes, the
             // Initial at least 256). More room never makes a packet larger.
@@ -348,6 +364,12 @@ impl Outgoing {
 
     pub(crate) fn is_empty(&self) -> bool {
         self.batches.is_empty()
+    }
+
+    /// Whether the last turn left datagrams the core would send now (see [`TURN_BATCHES`]):
+    /// once this turn's batches are sent, another turn is due without waiting.
+    pub(crate) fn more_due(&self) -> bool {
+        self.more_due
     }
 
     /// The oldest batch not yet sent; hand its buffer back with [`Outgoing::recycle`].
@@ -511,7 +533,14 @@ pub(crate) fn normalize(addr: SocketAddr) -> SocketAddr {
 /// else at the start of a new buffer.
 fn collect_transmits(st: &mut State, now: fencepost_proto::Instant, out: &mut Outgoing) {
     let (max_datagram, max_segments) = (out.max_datagram, out.max_segments);
+    out.more_due = false;
     loop {
+        let open = out.batches.back().is_some_and(|b| b.open_for(max_datagram, max_segments));
+        if !open && out.batches.len() >= TURN_BATCHES {
+            // Whether anything is left is known only by asking; what is asked is sent now.
+            out.more_due = true;
+            return;
+        }
         match out.batches.back_mut().filter(|b| b.open_for(max_datagram, max_segments)) {
             Some(b) => {
                 let start = b.len;
