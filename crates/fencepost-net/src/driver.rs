@@ -39,11 +39,11 @@ const SPARE_BATCHES: usize = 64;
 /// A batch buffer's size: room for the largest datagram the core writes.
 const BATCH_BUF: usize = 65_536;
 /// Batches a turn writes before they are sent and the core is asked again. Unbounded, a
-/// turn took everything every connection could send: when a hundred connections' windows
-/// opened together in their first round trips, some 12 MB of new batch buffers, each page faulted
-/// in (10,000 faults and 24-26 MB peak memory for the client of 100 loopback connections;
-/// with this bound 1,900 and 13 MB). The rate did not change measurably (11.6 against 12.0
-/// Gbit/s, medians of ten interleaved runs, within their spread).
+/// turn took everything every connection could send, and when a hundred connections'
+/// windows opened together in their first round trips that was megabytes of new batch
+/// buffers, each page faulted in: the client of 100 loopback connections took 10,000 page
+/// faults and peaked at 24-26 MB resident; with this bound, 1,900 and 13 MB. The rate did
+/// not change measurably (11.6 against 12.0 Gbit/s, medians of ten interleaved runs).
 const TURN_BATCHES: usize = 8;
 /// The most bytes one GSO send carries (the kernel's limit is a 64 KiB IP packet).
 const GSO_BYTES: usize = 65_000;
@@ -537,7 +537,8 @@ fn collect_transmits(st: &mut State, now: fencepost_proto::Instant, out: &mut Ou
     loop {
         let open = out.batches.back().is_some_and(|b| b.open_for(max_datagram, max_segments));
         if !open && out.batches.len() >= TURN_BATCHES {
-            // Whether anything is left is known only by asking; what is asked is sent now.
+            // Full: these go out first. Only asking tells whether more is due, so the next
+            // turn asks (and, if nothing is left, finds that at once).
             out.more_due = true;
             return;
         }
