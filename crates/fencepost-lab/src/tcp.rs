@@ -347,7 +347,7 @@ mod tests {
         assert!(at_sink.goodput_bps > 0.0);
 
         let spec = TcpSendSpec { cc: "no-such-cc".into(), ..spec };
-        let e = send(&spec, &AtomicBool::new(false)).err().expect("an unknown controller is refused");
+        let e = send(&spec, &AtomicBool::new(false)).expect_err("an unknown controller is refused");
         assert!(e.to_string().contains("no-such-cc"), "{e}");
         stop.store(true, Ordering::Relaxed);
         server.join().unwrap().unwrap();

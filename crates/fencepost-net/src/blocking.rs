@@ -314,7 +314,9 @@ pub enum Waiting {
     Epoll,
 }
 
-/// Where a call that has nothing to do sleeps.
+/// Where a call that has nothing to do sleeps. One per endpoint, so the ring's larger
+/// variant costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 enum Wait {
     #[cfg(target_os = "linux")]
     Ring(RefCell<RingReceiver>),

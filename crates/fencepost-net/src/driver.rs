@@ -357,7 +357,7 @@ impl Outgoing {
             // The largest data packet, and never less than an Ethernet frame's, which every
             // handshake packet fits (with 16-byte payloads the data packets are 50 bytes, the
             // Initial at least 256). More room never makes a packet larger.
-            max_datagram: shared.config.transport.max_datagram().max(HANDSHAKE_ROOM).min(BATCH_BUF),
+            max_datagram: shared.config.transport.max_datagram().clamp(HANDSHAKE_ROOM, BATCH_BUF),
             max_segments: shared.udp.max_gso_segments().max(1),
         }
     }

@@ -249,7 +249,7 @@ async fn transfer(attack: bool) -> Outcome {
         *sink_stats.lock().unwrap() = Some(conn.stats());
     });
 
-    let data: Vec<u8> = (0..BYTES).map(|i| (i * 2654435761usize >> 13) as u8).collect();
+    let data: Vec<u8> = (0..BYTES).map(|i| ((i * 2654435761usize) >> 13) as u8).collect();
     let kernel_drops_before = kernel_receive_drops();
     let expected = Sha256::digest(&data);
     let started = Instant::now();

@@ -211,8 +211,7 @@ async fn a_sink_that_does_not_hash_counts_every_byte_without_copying_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tiny_and_jumbo_payloads_connect_and_arrive() {
     for payload in [16u16, 400, 8_000] {
-        let mut transport = TransportConfig::default();
-        transport.max_payload = payload;
+        let transport = TransportConfig { max_payload: payload, ..TransportConfig::default() };
         let (server, served) = server(false, transport.clone()).await;
         let client = Endpoint::bind(localhost(), EndpointConfig::client(transport)).await.unwrap();
         let summary = tools::send(&client, server.local_addr(), Amount::Bytes(300_000), Duration::from_millis(100), true, |_| {})

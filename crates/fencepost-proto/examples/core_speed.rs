@@ -140,7 +140,7 @@ fn run(bytes: u64, connections: usize) -> Result<Costs, String> {
         if idle_rounds > 100_000 {
             return Err(format!("stalled with {received} of {} bytes received", per_connection * connections as u64));
         }
-        now = now + fencepost_proto::Duration::from_micros(ROUND_MICROS);
+        now += fencepost_proto::Duration::from_micros(ROUND_MICROS);
     }
     let per = |ns: f64| ns / datagrams as f64;
     Ok(Costs { server_receive: per(cost.server_receive), server_acks: per(cost.server_acks), client_acks: per(cost.client_acks), client_send: per(cost.client_send) })

@@ -2139,7 +2139,9 @@ impl Connection {
 
     /// The one way out: every datagram this connection sends, of every type, is
     /// written in `buf[..len]` and finished here, where packet protection seals it
-    /// (handshakes excepted) and the counters and the trace see it.
+    /// (handshakes excepted) and the counters and the trace see it. (Every sender calls it
+    /// with what it knows of its packet; a struct for them would be built once per call.)
+    #[allow(clippy::too_many_arguments)]
     fn finish_datagram(
         &mut self,
         now: Instant,

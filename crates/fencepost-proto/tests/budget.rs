@@ -99,7 +99,7 @@ fn forty_peers_pinning_out_of_order_data_stay_within_the_budget() {
             client.handle_timeout(now);
             server.handle_timeout(now);
         } else {
-            now = now + Duration::from_micros(100);
+            now += Duration::from_micros(100);
         }
     }
     panic!("the transfers did not finish: {} of {} bytes (withhold {withhold}, first packets dropped {}, peak {peak}, server connections {}, now {now:?})", received.values().sum::<usize>(), PEERS * PER_PEER, dropped_first.len(), server.len());

@@ -457,7 +457,7 @@ fn run_to_the_clients_next_timeout(p: &mut Pair) -> fencepost_proto::Instant {
     let timeouts_before = p.client.stats().retransmission_timeouts;
     let mut until = p.now;
     while p.client.stats().retransmission_timeouts == timeouts_before {
-        until = until + Duration::from_millis(1);
+        until += Duration::from_millis(1);
         p.run_until(until);
     }
     until

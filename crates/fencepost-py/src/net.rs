@@ -487,13 +487,16 @@ impl PyServer {
     }
 }
 
+/// Each connection's summary, or why it failed, as a sender's task returns them.
+type SendOutcomes = Vec<Result<tools::SendSummary, NetError>>;
+
 /// A running `send`: poll it for interval reports and, at the end, the summary.
 #[pyclass(name = "Sender", module = "fencepost._core", frozen)]
 pub struct PySender {
     /// What it was asked to send: (bytes, seconds), one of them set.
     amount: (Option<u64>, Option<f64>),
     intervals: Mutex<mpsc::Receiver<String>>,
-    done: Mutex<Option<tokio::task::JoinHandle<Vec<Result<tools::SendSummary, NetError>>>>>,
+    done: Mutex<Option<tokio::task::JoinHandle<SendOutcomes>>>,
 }
 
 #[pymethods]

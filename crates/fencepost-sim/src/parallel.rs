@@ -253,13 +253,16 @@ struct Sent {
     size: usize,
 }
 
+/// One side's mail to the other at a window's edge (see `Slot::mail`).
+type Mail = (Vec<(usize, Vec<Sent>)>, Vec<Vec<u8>>);
+
 /// What the sides leave each other at one window's edge.
 #[derive(Default)]
 struct Slot {
     edges: [Option<Edge>; 2],
     /// For each side: what the other side sent into the channels this one runs, by channel,
     /// and the other side's spare datagram buffers (mostly those of what it received).
-    mail: [(Vec<(usize, Vec<Sent>)>, Vec<Vec<u8>>); 2],
+    mail: [Mail; 2],
 }
 
 /// What the two sides are built from alike.
@@ -558,13 +561,13 @@ impl<'a> Side<'a> {
             }
             by_channel
         };
-        for c in 0..self.late.len() {
+        for (c, channel_sent) in sent.iter_mut().enumerate() {
             if !self.late[c] {
                 continue;
             }
             // This channel's events and packets, each in time order: merged.
             let mut own = events.iter().filter(|(e, _)| *e == c).map(|&(_, event)| event).peekable();
-            for Sent { at, packet, size } in sent[c].take().unwrap_or_default() {
+            for Sent { at, packet, size } in channel_sent.take().unwrap_or_default() {
                 while let Some(event) = own.next_if(|e| (Instant::ZERO + e.at).total_micros() <= at) {
                     self.run_mut(c).apply(event, Instant::ZERO + event.at);
                 }

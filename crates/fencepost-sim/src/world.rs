@@ -393,7 +393,7 @@ impl Simulation {
             }
             if let Some(partition) = partition.as_ref().filter(|p| self.may_run_apart_now(p, deadline)) {
                 let (frontier, stuck) = self.run_apart(partition, deadline);
-                apart = apart + (frontier - self.now);
+                apart += frontier - self.now;
                 debug_assert!(
                     self.flows.iter().all(|f| f.ended.is_some() || (f.outcome().is_none() && f.io.completed_at.is_none())),
                     "a flow ended or completed in a window run apart"
