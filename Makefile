@@ -6,7 +6,7 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.deps-installed
 
-.PHONY: all build demo test test-rust test-python bench clean lab-deps
+.PHONY: all build demo test test-rust test-python bench clean lab-deps lint
 
 all: build
 
@@ -44,6 +44,10 @@ test-rust:
 
 test-python: $(STAMP)
 	$(VPY) -m pytest -q
+
+# Clippy over every crate and target, warnings as errors (the workspace is clean of them).
+lint:
+	cargo clippy --workspace --all-targets --release -- -D warnings
 
 bench: build
 	bash bench/sim_speed.sh
