@@ -92,17 +92,16 @@ impl Io {
         // Nobody registers a waker here; the core's events only need somewhere to go.
         let mut closing = WakerSet::default();
         loop {
-            let (answer, deadline) = {
+            let (answer, mut deadline) = {
                 let mut st = self.shared.lock();
                 if let Some(why) = &st.stopped {
                     return Err(NetError::EndpointClosed(why.clone()));
                 }
                 let answer = ready(&self.shared, &mut st);
                 // A turn that would find the core as the last one left it, its timers not yet
-                // due and nothing left unsent by the last turn, is skipped (a read that waits
-                // right after the write that sent).
+                // due, is skipped (a read that waits right after the write that sent).
                 let unchanged = match (self.settled.get(), &answer) {
-                    (Some(deadline), None) => !out.more_due() && deadline.is_none_or(|at| at > self.shared.now()),
+                    (Some(deadline), None) => deadline.is_none_or(|at| at > self.shared.now()),
                     _ => false,
                 };
                 if unchanged {
@@ -125,6 +124,20 @@ impl Io {
             };
             let sent = !out.is_empty();
             self.flush(&mut out)?;
+            // A turn stops at a bound (`driver::TURN_BATCHES`); the rest of what the core
+            // would send now goes out in further turns before the call goes on or returns
+            // (the core runs only inside calls, and the answer must not hold it back).
+            while out.more_due() {
+                {
+                    let mut st = self.shared.lock();
+                    if let Some(why) = &st.stopped {
+                        return Err(NetError::EndpointClosed(why.clone()));
+                    }
+                    deadline = driver::turn(&self.shared, &mut st, &mut out, &mut closing);
+                    self.settled.set(Some(deadline));
+                }
+                self.flush(&mut out)?;
+            }
             if answer.is_some() {
                 return Ok(answer);
             }
