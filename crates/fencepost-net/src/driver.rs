@@ -260,15 +260,14 @@ async fn run(shared: Arc<Shared>, mut socket: DriverSocket) {
         if sending {
             shared.lock().driver_sending = false;
         }
-        if out.more_due() {
-            // The core has more to send now: the next turn follows at once (after the acks
-            // that came meanwhile), with the writers' events already dispatched.
-            closing.wake();
-            continue;
-        }
         // Only now: the last ack a closed connection owed its peer is on the wire, and an
         // application that exits as soon as `closed()` returns cannot take it with it.
         closing.wake();
+        if out.more_due() {
+            // The core has more to send now: the next turn follows at once (after the acks
+            // that came meanwhile).
+            continue;
+        }
         let sleep_until = deadline.map_or_else(
             // With nothing scheduled, look again each second whether the endpoint was let go.
             || tokio::time::Instant::now() + std::time::Duration::from_secs(1),
@@ -535,8 +534,8 @@ fn collect_transmits(st: &mut State, now: fencepost_proto::Instant, out: &mut Ou
     let (max_datagram, max_segments) = (out.max_datagram, out.max_segments);
     out.more_due = false;
     loop {
-        let open = out.batches.back().is_some_and(|b| b.open_for(max_datagram, max_segments));
-        if !open && out.batches.len() >= TURN_BATCHES {
+        // (The last batch is looked at only once the count is reached.)
+        if out.batches.len() >= TURN_BATCHES && !out.batches.back().is_some_and(|b| b.open_for(max_datagram, max_segments)) {
             // Full: these go out first. Only asking tells whether more is due, so the next
             // turn asks (and, if nothing is left, finds that at once).
             out.more_due = true;
