@@ -136,3 +136,31 @@ def test_both_ends_with_the_driver_on_the_tools_runtime():
         proc.communicate(timeout=10)
     bad = send("-c", "127.0.0.1", "-p", str(port), "-n", "1M", "--driver", "fiber")
     assert bad.returncode != 0 and "--driver" in bad.stderr and "thread, task" in bad.stderr, bad.stderr
+
+
+def test_serve_takes_its_address_as_send_does_and_stops_on_sigterm():
+    """`fencepost serve HOST:PORT` (the form `send` takes), and SIGTERM (`kill`, systemd,
+    `docker stop`) stops it as Ctrl-C does: the endpoint's counters, with the garbage sent
+    to it counted as malformed, and exit status 0. The address given twice is refused."""
+    port = free_port()
+    proc = subprocess.Popen([str(BIN / "fencepost"), "serve", f"127.0.0.1:{port}", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stdout.readline()
+        assert f":{port} " in first, first + proc.stderr.read()
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as junk:
+            for i in range(1, 41):
+                junk.sendto(bytes([i]) * i, ("127.0.0.1", port))
+        done = send(f"127.0.0.1:{port}", "--bytes", "2MB", "-J")
+        assert done.returncode == 0, done.stdout[-500:] + done.stderr[-500:]
+        assert json.loads(done.stdout)["end"]["fencepost"]["hashes_match"] is True
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0, err
+    assert "stopped" in err, err
+    counters = [json.loads(line)["endpoint"] for line in out.splitlines() if line.startswith('{"endpoint"')]
+    assert len(counters) == 1, out
+    # Forty datagrams of 1-40 bytes, each shorter than any header: all malformed.
+    assert counters[0]["malformed"] >= 40, counters[0]
+    twice = subprocess.run([str(BIN / "fencepost"), "serve", f"127.0.0.1:{port}", "--listen", f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=30)
+    assert twice.returncode == 2 and "--listen" in twice.stderr, twice.stderr

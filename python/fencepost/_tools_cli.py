@@ -75,7 +75,9 @@ def send_target(args: argparse.Namespace) -> tuple[str, int]:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    host, port = host_port(args.listen, "listen")
+    if args.address and args.listen:
+        raise OptionError("listen", "give the address to listen on either as HOST:PORT or with --listen, not both")
+    host, port = host_port(args.address or args.listen or "0.0.0.0:5201", "listen")
     if args.port is not None:
         port = args.port
     try:
@@ -84,7 +86,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise _translate(exc) from None
     addr = server.local_addr()
     mode = "echo" if args.echo else "sink"
-    print(f"fencepost serve: listening on {addr[0]}:{addr[1]} ({mode}); Ctrl-C stops", flush=True)
+    print(f"fencepost serve: listening on {addr[0]}:{addr[1]} ({mode}); Ctrl-C (or SIGTERM) stops", flush=True)
     key = server.public_key()
     if key is None:
         print("fencepost serve: plaintext packets (--insecure or the seed profile): nothing is encrypted or authenticated", flush=True)
@@ -169,9 +171,10 @@ def cmd_send(args: argparse.Namespace) -> int:
             if final is not None:
                 summaries = json.loads(final)
     except KeyboardInterrupt:
+        # Ctrl-C or SIGTERM: the connections are closed here; main() says which and exits
+        # with its code.
         sender.cancel()
-        print("fencepost send: interrupted", file=sys.stderr)
-        return 130
+        raise
     complete = all(s["complete"] for s in summaries)
     if args.json:
         print(json.dumps(iperf_shaped(host, port, started, nbytes, seconds, reverse, intervals, summaries), indent=2))
@@ -381,7 +384,8 @@ def add_parsers(subparsers) -> None:
 
     p = subparsers.add_parser("serve", help="accept fencepost connections: a sink (default) or an echo",
                               description="Accept fencepost connections. As a sink, answer each with the SHA-256 of what arrived; with --echo, send everything back.")
-    p.add_argument("--listen", metavar="HOST:PORT", default="0.0.0.0:5201", help="address to listen on (default 0.0.0.0:5201)")
+    p.add_argument("address", metavar="HOST:PORT", nargs="?", help="address to listen on, as --listen (default 0.0.0.0:5201)")
+    p.add_argument("--listen", metavar="HOST:PORT", help="address to listen on (default 0.0.0.0:5201)")
     p.add_argument("-s", "--server", action="store_true", help="iperf3's server flag; serving is what this command does")
     p.add_argument("-p", "--port", type=int, metavar="PORT", help="the port to listen on (iperf3's -p; replaces --listen's)")
     p.add_argument("--echo", action="store_true", help="echo every byte back instead of sinking it")

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 from typing import Optional, Sequence
 
 from . import sim
@@ -228,9 +230,23 @@ def _attach_negative_values(argv: Sequence[str]) -> list:
     return out
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the command is, as Ctrl-C is: `kill`, `timeout`, systemd and
+    `docker stop` then stop a command the way Ctrl-C does (a server prints its counters, a
+    lab run takes its namespaces down) instead of ending it where it stands."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(_attach_negative_values(sys.argv[1:] if argv is None else argv))
+    # Only where nobody chose otherwise (main() called from a program that handles SIGTERM
+    # itself keeps its handler), and only on the main thread, where Python runs handlers.
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         return args.handler(args)
     except (OptionError, ExperimentError) as exc:
@@ -239,6 +255,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except FencepostError as exc:
         print(f"fencepost {args.command}: error: {exc}", file=sys.stderr)
         return 1
+    except Terminated:
+        print(f"fencepost {args.command}: terminated", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print(f"fencepost {args.command}: interrupted", file=sys.stderr)
         return 130
