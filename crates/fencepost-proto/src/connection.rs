@@ -38,8 +38,16 @@ use std::sync::Arc;
 /// at least one write of a typical application buffer goes in whole while the window is
 /// still small ...
 const UNSENT_FLOOR_MIN: u64 = 64 * 1024;
-/// ... and more than this gains nothing (it is the floor from 84 Mbit/s).
-const UNSENT_FLOOR_MAX: u64 = 512 * 1024;
+/// ... and no more than this (TCP's largest default send buffer, `tcp_wmem`'s third
+/// value), which a connection reaches at 670 Mbit/s. So many connections together hold at
+/// most [`UNSENT_FLOOR_TIME`] of their joint rate unsent, whatever their number. It was
+/// 512 kB, which one connection outgrows anyway (its two windows are more at that rate);
+/// a hundred connections sharing 12 Gbit/s over loopback were each held to it, each
+/// writer woken every 128 kB, 3-5 thousand wake-ups of the writers' runtime per GB, each
+/// interrupting the driver's thread on the same two cores: with 4 MB (and woken at half,
+/// [`WRITABLE_SHARE`]) the hundred connections took 0.89x one connection's rate, against
+/// 0.79x, in 16 interleaved rounds of 1 GB runs (docs/speed.md).
+const UNSENT_FLOOR_MAX: u64 = 4 << 20;
 /// On a fast path the writer has this long to come back before the sender runs dry; on a
 /// slow one what waits unsent drains in about this long, so a transfer timed to end
 /// (`--time`) ends near its time: with a fixed 512 kB floor a 20 s run at 50 kbit/s took
@@ -48,14 +56,15 @@ const UNSENT_FLOOR_TIME: Duration = Duration::from_millis(50);
 
 /// A writer that found the send buffer full is woken ([`Event::Writable`]) once this share
 /// of what may wait unsent is free again (`Disassembler::unsent_room`), not at the first
-/// byte (TCP, too, waits for part of its send buffer, `sk_stream_write_space`). Woken at
-/// every ack, each of a hundred bulk writers over loopback came back once per 23 data
-/// packets, and each return is a task woken, the endpoint's lock taken and a short write.
-/// Three quarters of what may wait unsent still wait when it is woken, so the sender does
+/// byte (TCP, too, wakes a writer only once half of what it has queued is free,
+/// `sk_stream_write_space`). Woken at every ack, each of a hundred bulk writers over
+/// loopback came back once per 23 data packets, and each return is a task woken, the
+/// endpoint's lock taken and a short write. Half of what may wait unsent (at least a
+/// sending window, or 25 ms of the rate) still waits when it is woken, so the sender does
 /// not run dry meanwhile; a share of the whole buffer instead would, where what is in
 /// flight fills most of it (a window near the buffer's size), keep the writer asleep
 /// until the sender had nothing left.
-const WRITABLE_SHARE: usize = 4;
+const WRITABLE_SHARE: usize = 2;
 
 /// Copies of the Initial a client's handshake attempt sends at most: one at first, one
 /// more for each attempt that went unanswered, up to this.

@@ -180,7 +180,8 @@ fn a_10_kbit_s_link_gets_no_timeouts_shorter_than_its_round_trip() {
 /// yet taken is delivered after the 20 s, and that is bounded by the path's rate. With
 /// 512 kB always allowed to wait unsent, 20 s at 50 kbit/s took 111 s (82 s of it draining
 /// that), and 1 Mbit/s 24.5 s; now 33.1 s (the rest is the controller's own queue and
-/// window, seconds at this rate) and 20.6 s. Fast paths keep the 512 kB.
+/// window, seconds at this rate) and 20.6 s. Fast paths keep 50 ms of their rate (up to
+/// 4 MB), which drains in about that long.
 #[test]
 fn a_timed_transfer_on_a_slow_link_ends_near_its_time() {
     for (rate, within_s) in [("50kbit", 45.0), ("1mbit", 22.0), ("100mbit", 21.0)] {
