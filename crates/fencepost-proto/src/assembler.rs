@@ -31,13 +31,13 @@ impl BufferBudget {
     pub fn used(&self) -> usize {
         self.used.load(Ordering::Relaxed)
     }
-    fn try_take(&self, n: usize) -> bool {
+    pub(crate) fn try_take(&self, n: usize) -> bool {
         self.used.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| (u + n <= self.limit).then_some(u + n)).is_ok()
     }
     fn take(&self, n: usize) {
         self.used.fetch_add(n, Ordering::Relaxed);
     }
-    fn give(&self, n: usize) {
+    pub(crate) fn give(&self, n: usize) {
         let _ = self.used.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| Some(u.saturating_sub(n)));
     }
 }
@@ -203,6 +203,11 @@ impl Assembler {
         if let Some(old) = self.budget.replace(budget) {
             old.give(self.readable.len + self.held_bytes);
         }
+    }
+
+    /// The endpoint-wide budget this assembler is charged to, if any.
+    pub fn budget(&self) -> Option<&Arc<BufferBudget>> {
+        self.budget.as_ref()
     }
 
     /// Bytes held in memory: readable, and out of order (with their slot cost).

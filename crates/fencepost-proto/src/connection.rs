@@ -479,6 +479,13 @@ const FEC_DECODER_KEEP: usize = 512;
 const FEC_KEEP_AT_START: u64 = 128;
 /// Source packets kept after the latest repair.
 const FEC_KEEP_AFTER: u64 = 1024;
+
+/// What one symbol a decoder holds is charged to the endpoint's buffer budget: the
+/// largest a source symbol can be (a payload, its length and the FIN flag), which a
+/// repair this side takes cannot exceed either.
+fn fec_symbol_bytes(config: &TransportConfig) -> usize {
+    config.max_payload as usize + 3
+}
 /// A fast data sender asks for an ack per this share of the packets in flight: eight acks
 /// per flight keep the window moving and the rate sampled.
 const ACK_FREQUENCY_SHARE: u64 = 8;
@@ -723,7 +730,15 @@ impl Connection {
 
     /// Received data this connection holds is charged to `budget` (its endpoint's) from now on.
     pub fn set_buffer_budget(&mut self, budget: std::sync::Arc<crate::assembler::BufferBudget>) {
+        if let Some(decoder) = self.fec_decoder.as_mut() {
+            decoder.set_budget(budget.clone(), fec_symbol_bytes(&self.config));
+        }
         self.assembler.set_budget(budget);
+    }
+    /// Bytes the FEC decoder's kept packets, pending repairs and spare buffers take (their
+    /// capacities; none without a decoder).
+    pub fn repair_state_bytes(&self) -> usize {
+        self.fec_decoder.as_ref().map_or(0, |d| d.held_bytes())
     }
     /// Received bytes held in memory (readable, and out of order).
     pub fn buffered_bytes(&self) -> usize {
@@ -1178,6 +1193,7 @@ impl Connection {
         }
         self.fec_keep_until = self.fec_keep_until.max(first + r.span as u64 + FEC_KEEP_AFTER);
         let rebuilt = decoder.add_repair(scheme, first, r.span as usize, r.index, r.symbol);
+        self.stats.repair_state_shed = decoder.shed_over_budget;
         self.take_rebuilt(now, rebuilt);
     }
 
@@ -1477,7 +1493,11 @@ impl Connection {
             self.stats.repairs_refused_by_peer = true;
         }
         if self.peer_redundancy.sends_repairs() && self.config.accept_repairs && self.fec_decoder.is_none() {
-            self.fec_decoder = Some(Box::new(fec::Decoder::new(FEC_DECODER_KEEP)));
+            let mut decoder = fec::Decoder::new(FEC_DECODER_KEEP);
+            if let Some(budget) = self.assembler.budget() {
+                decoder.set_budget(budget.clone(), fec_symbol_bytes(&self.config));
+            }
+            self.fec_decoder = Some(Box::new(decoder));
         }
     }
 
@@ -1571,6 +1591,7 @@ impl Connection {
                 }
                 // Keep it for repairs still to come; it may complete one already here.
                 let rebuilt = decoder.add_source_packet(seq, payload, fin);
+                self.stats.repair_state_shed = decoder.shed_over_budget;
                 if !rebuilt.is_empty() {
                     // Handle this packet first, then what it let rebuild.
                     self.insert_data(now, seq, timestamp, previous_timestamp, payload, fin);
@@ -1658,6 +1679,9 @@ impl Connection {
         if self.assembler.is_finished() && !self.finish_signalled {
             self.finish_signalled = true;
             self.events.push_back(Event::StreamFinished);
+            // Nothing is missing any more, so nothing is left to rebuild: what the decoder
+            // kept goes back to the budget now, not when the connection goes.
+            self.fec_decoder = None;
         }
         self.check_closed(now);
     }

@@ -57,7 +57,8 @@ pub struct EndpointConfig {
     /// Handshakes beyond this many live connections are refused.
     pub max_connections: usize,
     /// Bytes of received data all connections together may hold (readable or out of
-    /// order); beyond it out-of-order packets are dropped until readers catch up.
+    /// order, and what their FEC decoders keep for repairs); beyond it out-of-order
+    /// packets are dropped until readers catch up, and decoders forget what they kept.
     pub buffer_budget: usize,
 }
 
@@ -386,7 +387,8 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
     pub fn config(&self) -> &EndpointConfig {
         &self.config
     }
-    /// Received bytes all connections hold, against [`EndpointConfig::buffer_budget`].
+    /// Received bytes all connections hold (with what their FEC decoders keep), against
+    /// [`EndpointConfig::buffer_budget`].
     pub fn buffered_bytes(&self) -> usize {
         self.budget.used()
     }

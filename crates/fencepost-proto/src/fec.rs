@@ -18,7 +18,9 @@
 //! zero-padded to the longest symbol combined. `docs/protocol.md` specifies the
 //! repair packet.
 
+use crate::assembler::BufferBudget;
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 
 /// GF(2^8) with the polynomial x^8 + x^4 + x^3 + x^2 + 1 (0x11d) and generator 2.
 struct Field {
@@ -248,15 +250,87 @@ pub struct Decoder {
     /// Buffers of forgotten sources, reused for the next ones kept: on a receiver that
     /// keeps every source for a while, allocating and freeing each was a tenth of its work.
     spare: Vec<Vec<u8>>,
+    /// The endpoint's buffer budget, and what one held symbol is charged (the largest a
+    /// source or repair symbol can be): the sources, pending equations and spares this
+    /// decoder holds count against the same limit as the received data the connections
+    /// hold. Uncharged, a peer that sends repairs made each connection keep about 1 MB of
+    /// them (512 sources, 64 equations, 64 spares), outside the budget.
+    budget: Option<(Arc<BufferBudget>, usize)>,
+    /// Bytes taken from the budget for what is held now.
+    charged: usize,
     pub rebuilt: u64,
     pub repairs_received: u64,
     pub repairs_useless: u64,
+    /// Times this decoder forgot everything it held because the budget was spent.
+    pub shed_over_budget: u64,
+}
+
+impl Drop for Decoder {
+    fn drop(&mut self) {
+        if let Some((budget, _)) = &self.budget {
+            budget.give(self.charged);
+        }
+    }
 }
 
 impl Decoder {
     /// Holds up to `keep` known sources and as many pending equations.
     pub fn new(keep: usize) -> Decoder {
-        Decoder { known: BTreeMap::new(), pending: Vec::new(), floor: 0, keep: keep.max(8), spare: Vec::new(), rebuilt: 0, repairs_received: 0, repairs_useless: 0 }
+        Decoder {
+            known: BTreeMap::new(),
+            pending: Vec::new(),
+            floor: 0,
+            keep: keep.max(8),
+            spare: Vec::new(),
+            budget: None,
+            charged: 0,
+            rebuilt: 0,
+            repairs_received: 0,
+            repairs_useless: 0,
+            shed_over_budget: 0,
+        }
+    }
+
+    /// Charges what this decoder holds to `budget`, `symbol_bytes` per symbol.
+    pub fn set_budget(&mut self, budget: Arc<BufferBudget>, symbol_bytes: usize) {
+        if let Some((old, _)) = self.budget.take() {
+            old.give(self.charged);
+        }
+        self.charged = 0;
+        self.budget = Some((budget, symbol_bytes.max(1)));
+        self.settle();
+    }
+
+    /// Bytes the symbols held now take (their buffers' capacities): what the budget's
+    /// charge stands for.
+    pub fn held_bytes(&self) -> usize {
+        self.known.values().map(Vec::capacity).sum::<usize>() + self.pending.iter().map(|e| e.symbol.capacity()).sum::<usize>() + self.spare.iter().map(Vec::capacity).sum::<usize>()
+    }
+
+    /// Brings the budget's charge to what is held now; when the budget cannot take more,
+    /// forgets everything held (a repair over what was forgotten is then useless, and the
+    /// sender's retransmissions recover what it would have rebuilt).
+    fn settle(&mut self) {
+        let Some((budget, per_symbol)) = &self.budget else { return };
+        let held = (self.known.len() + self.pending.len() + self.spare.len()) * per_symbol;
+        if held < self.charged {
+            budget.give(self.charged - held);
+            self.charged = held;
+        } else if held > self.charged {
+            if budget.try_take(held - self.charged) {
+                self.charged = held;
+            } else {
+                self.shed_over_budget += 1;
+                if let Some((&highest, _)) = self.known.last_key_value() {
+                    self.floor = self.floor.max(highest + 1);
+                }
+                self.known.clear();
+                self.pending.clear();
+                self.spare.clear();
+                budget.give(self.charged);
+                self.charged = 0;
+            }
+        }
     }
 
     fn recycle(&mut self, symbol: Vec<u8>) {
@@ -295,7 +369,9 @@ impl Decoder {
         // Equations naming sources forgotten without being known can never be used.
         let floor = self.floor;
         self.pending.retain(|e| e.coefficients.keys().all(|&s| s >= floor));
-        self.solve()
+        let rebuilt = self.solve();
+        self.settle();
+        rebuilt
     }
 
     /// Source `seq` arrived but is not kept: repairs covering it or anything before it
@@ -309,6 +385,7 @@ impl Decoder {
             self.recycle(symbol);
         }
         self.pending.retain(|e| e.coefficients.keys().all(|&s| s > seq));
+        self.settle();
     }
 
     /// Everything before `seq` is delivered in order: forget it.
@@ -320,6 +397,7 @@ impl Decoder {
         }
         self.floor = self.floor.max(keep_from);
         self.pending.retain(|e| e.coefficients.keys().any(|&s| s >= seq) && e.coefficients.keys().all(|&s| s >= keep_from));
+        self.settle();
     }
 
     /// A repair over sources `first .. first + span`. Returns the sources it let rebuild.
@@ -362,7 +440,9 @@ impl Decoder {
         if self.pending.len() > MAX_PENDING {
             self.pending.remove(0);
         }
-        self.solve()
+        let rebuilt = self.solve();
+        self.settle();
+        rebuilt
     }
 
     /// Rebuilds what the pending equations pin down: known sources are substituted,

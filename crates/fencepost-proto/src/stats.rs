@@ -56,6 +56,9 @@ pub struct ConnectionStats {
     pub beyond_window_packets: u64,
     /// Data packets dropped because the endpoint's buffer budget was spent.
     pub over_budget_packets: u64,
+    /// Times the FEC decoder forgot the packets it kept for repairs because the endpoint's
+    /// buffer budget was spent (repairs over them are then useless; resends recover).
+    pub repair_state_shed: u64,
 
     /// Transmissions presumed lost (by fence holes, duplicate acks or timeouts).
     pub packets_lost: u64,

@@ -104,3 +104,93 @@ fn forty_peers_pinning_out_of_order_data_stay_within_the_budget() {
     }
     panic!("the transfers did not finish: {} of {} bytes (withhold {withhold}, first packets dropped {}, peak {peak}, server connections {}, now {now:?})", received.values().sum::<usize>(), PEERS * PER_PEER, dropped_first.len(), server.len());
 }
+
+/// Twenty peers that send FEC repairs (a block code, two repairs per four packets) to a
+/// server whose application reads everything at once: what the server's decoders keep
+/// for those repairs (up to 512 packets each, about 12 MB for twenty) counts against the
+/// same budget as received data, so the two together stay within it; the decoders forget
+/// what they kept when it is spent, and every stream still arrives whole.
+#[test]
+fn what_decoders_keep_for_repairs_counts_against_the_budget() {
+    use fencepost_proto::redundancy::{FecCode, RedundancyConfig};
+    const FEC_PEERS: usize = 20;
+    const FEC_BUDGET: usize = 2 << 20;
+    const FEC_PER_PEER: usize = 2 << 20;
+    let transport = TransportConfig::default().insecure();
+    let sending = TransportConfig { redundancy: RedundancyConfig::Fec(FecCode::Block { k: 4, n: 6 }), ..transport.clone() };
+    let mut client = Endpoint::new(EndpointConfig::client(sending), 1);
+    let mut server_config = EndpointConfig::server(transport);
+    server_config.buffer_budget = FEC_BUDGET;
+    let mut server = Endpoint::new(server_config, 2);
+    let mut now = Instant::from_millis(1);
+    let handles: Vec<_> = (0..FEC_PEERS).map(|_| client.connect(now, 1u8)).collect();
+    let mut written: HashMap<u32, usize> = HashMap::new();
+    let mut received: HashMap<u32, Vec<u8>> = HashMap::new();
+    let (mut buf, mut response, mut read) = (vec![0u8; 2048], vec![0u8; 2048], vec![0u8; 1 << 16]);
+    let mut peak_kept = 0;
+    for step in 0..400_000u64 {
+        for h in &handles {
+            let done = written.entry(h.0).or_default();
+            if let Some(conn) = client.connection_mut(*h) {
+                if conn.is_established() && *done < FEC_PER_PEER {
+                    let chunk: Vec<u8> = (*done..(*done + (1 << 16)).min(FEC_PER_PEER)).map(|i| (i % 251) as u8).collect();
+                    *done += conn.write(&chunk).unwrap_or(0);
+                    if *done == FEC_PER_PEER {
+                        conn.close(now);
+                    }
+                }
+            }
+        }
+        let mut moved = false;
+        while let Some((_, t)) = client.poll_transmit(now, &mut buf) {
+            moved = true;
+            if let Some(DatagramEvent::NewConnection(incoming)) = server.handle_datagram(now, 0, &buf[..t.size], &mut response) {
+                server.accept(incoming).unwrap();
+            }
+        }
+        while let Some((_, t)) = server.poll_transmit(now, &mut buf) {
+            moved = true;
+            client.handle_datagram(now, 1, &buf[..t.size], &mut response);
+        }
+        let open: Vec<_> = server.handles().collect();
+        for h in &open {
+            while let Some(Ok(n)) = server.connection_mut(*h).map(|c| c.read(&mut read)) {
+                if n == 0 {
+                    break;
+                }
+                received.entry(h.0).or_default().extend_from_slice(&read[..n]);
+            }
+        }
+        while server.poll_event().is_some() {}
+        while client.poll_event().is_some() {}
+        let kept: usize = open.iter().filter_map(|h| server.connection(*h)).map(|c| c.repair_state_bytes()).sum();
+        let data: usize = open.iter().filter_map(|h| server.connection(*h)).map(|c| c.buffered_bytes()).sum();
+        peak_kept = peak_kept.max(kept);
+        assert!(kept + data <= FEC_BUDGET + FEC_PEERS * 1500, "step {step}: {kept} bytes kept for repairs and {data} of data held");
+        if received.values().map(Vec::len).sum::<usize>() == FEC_PEERS * FEC_PER_PEER {
+            let shed: u64 = open.iter().filter_map(|h| server.connection(*h)).map(|c| c.stats().repair_state_shed).sum();
+            let repairs: u64 = open.iter().filter_map(|h| server.connection(*h)).map(|c| c.stats().repairs_received).sum();
+            assert!(repairs > 1000, "the peers sent repairs: {repairs}");
+            assert!(shed > 0, "the decoders never reached the budget (peak {peak_kept} bytes kept)");
+            assert!(peak_kept >= FEC_BUDGET / 2, "the decoders kept up to the budget: {peak_kept}");
+            let expected: Vec<u8> = (0..FEC_PER_PEER).map(|i| (i % 251) as u8).collect();
+            for (id, bytes) in &received {
+                assert!(bytes == &expected, "connection {id}: the stream arrived altered");
+            }
+            return;
+        }
+        if !moved {
+            now = match (client.poll_timeout(), server.poll_timeout()) {
+                (Some(a), Some(b)) => a.min(b),
+                (Some(a), None) | (None, Some(a)) => a,
+                (None, None) => now + Duration::from_millis(1),
+            }
+            .max(now);
+            client.handle_timeout(now);
+            server.handle_timeout(now);
+        } else {
+            now += Duration::from_micros(100);
+        }
+    }
+    panic!("the transfers did not finish: {} of {} bytes", received.values().map(Vec::len).sum::<usize>(), FEC_PEERS * FEC_PER_PEER);
+}
