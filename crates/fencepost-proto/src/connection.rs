@@ -56,7 +56,7 @@ const UNSENT_FLOOR_TIME: Duration = Duration::from_millis(50);
 
 /// A writer that found the send buffer full is woken ([`Event::Writable`]) once this share
 /// of what may wait unsent is free again (`Disassembler::unsent_room`), not at the first
-/// byte (TCP, too, wakes a writer only once half of what it has queued is free,
+/// byte (TCP, too, wakes a writer only once its free space is half of what it has queued,
 /// `sk_stream_write_space`). Woken at every ack, each of a hundred bulk writers over
 /// loopback came back once per 23 data packets, and each return is a task woken, the
 /// endpoint's lock taken and a short write. Half of what may wait unsent (at least a
