@@ -7,12 +7,43 @@
 //! wire; the budget sits below packet protection and works the same under it.
 
 use fencepost_proto::time::Duration;
-use fencepost_proto::{DatagramEvent, Endpoint, EndpointConfig, Instant, TransportConfig};
+use fencepost_proto::{ConnectionHandle, DatagramEvent, Endpoint, EndpointConfig, Instant, TransportConfig};
 use std::collections::{HashMap, HashSet};
 
 const PEERS: usize = 40;
 const BUDGET: usize = 8 << 20;
 const PER_PEER: usize = 1 << 20;
+
+type Peer = Endpoint<u8>;
+
+/// The server's application: reads whatever each connection has readable.
+fn read_everything(server: &mut Peer, read: &mut [u8], mut take: impl FnMut(ConnectionHandle, &[u8])) {
+    let open: Vec<_> = server.handles().collect();
+    for h in open {
+        while let Some(Ok(n)) = server.connection_mut(h).map(|c| c.read(read)) {
+            if n == 0 {
+                break;
+            }
+            take(h, &read[..n]);
+        }
+    }
+}
+
+/// The clock's next step: 100 µs while packets moved, else to the earlier end's next timer.
+fn advance(client: &mut Peer, server: &mut Peer, now: Instant, moved: bool) -> Instant {
+    if moved {
+        return now + Duration::from_micros(100);
+    }
+    let next = match (client.poll_timeout(), server.poll_timeout()) {
+        (Some(a), Some(b)) => a.min(b),
+        (Some(a), None) | (None, Some(a)) => a,
+        (None, None) => now + Duration::from_millis(1),
+    }
+    .max(now);
+    client.handle_timeout(next);
+    server.handle_timeout(next);
+    next
+}
 
 #[test]
 fn forty_peers_pinning_out_of_order_data_stay_within_the_budget() {
@@ -64,15 +95,7 @@ fn forty_peers_pinning_out_of_order_data_stay_within_the_budget() {
             client.handle_datagram(now, 1, &buf[..t.size], &mut response);
         }
         // The server's application reads whatever is readable.
-        let open: Vec<_> = server.handles().collect();
-        for h in open {
-            while let Some(Ok(n)) = server.connection_mut(h).map(|c| c.read(&mut read)) {
-                if n == 0 {
-                    break;
-                }
-                *received.entry(h.0).or_default() += n;
-            }
-        }
+        read_everything(&mut server, &mut read, |h, bytes| *received.entry(h.0).or_default() += bytes.len());
         while server.poll_event().is_some() {}
         while client.poll_event().is_some() {}
         peak = peak.max(server.buffered_bytes());
@@ -89,18 +112,7 @@ fn forty_peers_pinning_out_of_order_data_stay_within_the_budget() {
             assert_eq!(server.buffered_bytes(), 0, "everything read: the budget is given back");
             return;
         }
-        if !moved {
-            now = match (client.poll_timeout(), server.poll_timeout()) {
-                (Some(a), Some(b)) => a.min(b),
-                (Some(a), None) | (None, Some(a)) => a,
-                (None, None) => now + Duration::from_millis(1),
-            }
-            .max(now);
-            client.handle_timeout(now);
-            server.handle_timeout(now);
-        } else {
-            now += Duration::from_micros(100);
-        }
+        now = advance(&mut client, &mut server, now, moved);
     }
     panic!("the transfers did not finish: {} of {} bytes (withhold {withhold}, first packets dropped {}, peak {peak}, server connections {}, now {now:?})", received.values().sum::<usize>(), PEERS * PER_PEER, dropped_first.len(), server.len());
 }
@@ -152,15 +164,8 @@ fn what_decoders_keep_for_repairs_counts_against_the_budget() {
             moved = true;
             client.handle_datagram(now, 1, &buf[..t.size], &mut response);
         }
+        read_everything(&mut server, &mut read, |h, bytes| received.entry(h.0).or_default().extend_from_slice(bytes));
         let open: Vec<_> = server.handles().collect();
-        for h in &open {
-            while let Some(Ok(n)) = server.connection_mut(*h).map(|c| c.read(&mut read)) {
-                if n == 0 {
-                    break;
-                }
-                received.entry(h.0).or_default().extend_from_slice(&read[..n]);
-            }
-        }
         while server.poll_event().is_some() {}
         while client.poll_event().is_some() {}
         let kept: usize = open.iter().filter_map(|h| server.connection(*h)).map(|c| c.repair_state_bytes()).sum();
@@ -179,18 +184,7 @@ fn what_decoders_keep_for_repairs_counts_against_the_budget() {
             }
             return;
         }
-        if !moved {
-            now = match (client.poll_timeout(), server.poll_timeout()) {
-                (Some(a), Some(b)) => a.min(b),
-                (Some(a), None) | (None, Some(a)) => a,
-                (None, None) => now + Duration::from_millis(1),
-            }
-            .max(now);
-            client.handle_timeout(now);
-            server.handle_timeout(now);
-        } else {
-            now += Duration::from_micros(100);
-        }
+        now = advance(&mut client, &mut server, now, moved);
     }
     panic!("the transfers did not finish: {} of {} bytes", received.values().map(Vec::len).sum::<usize>(), FEC_PEERS * FEC_PER_PEER);
 }
