@@ -246,6 +246,54 @@ fn redundancy_is_agreed_in_the_handshake() {
     assert_eq!(client.retransmissions, 2, "the holes are resent instead");
 }
 
+/// The default profile's adaptive code sends no repairs to a bulk transfer on a clean
+/// path, so its receiver copies few packets for them: at the start only the first 32
+/// (against 128 for a peer whose code repairs from the first packet on). A stream still
+/// gets its first messages rebuilt from the repairs sent before anything is measured.
+#[test]
+fn a_receiver_keeps_few_packets_for_repairs_an_adaptive_peer_has_not_sent() {
+    let config = |redundancy| TransportConfig { max_payload: 100, redundancy, controller: ControllerConfig::Fixed(FixedConfig::default().window_packets(64)), ..TransportConfig::default_profile().insecure() };
+    let symbol = 100 + 3;
+    let adaptive = RedundancyConfig::AdaptiveFec { budget: 0.5, transfers: true };
+    // Bulk: 200 packets' worth written at once, the stream left open (its end drops the decoder).
+    let kept = |redundancy: RedundancyConfig| {
+        let mut p = Pair::new(config(redundancy), config(RedundancyConfig::None));
+        p.run_until(at(20));
+        p.client.write(&[9u8; 20_000]).unwrap();
+        p.run_until(at(1000));
+        assert_eq!(Pair::read_all(p.server()).0.len(), 20_000);
+        (p.server().repair_state_bytes(), p.client.stats().redundant_packets_sent)
+    };
+    let (bulk_kept, bulk_repairs) = kept(adaptive.clone());
+    assert_eq!(bulk_repairs, 0, "a clean bulk transfer gets no repairs");
+    assert!(bulk_kept > 0 && bulk_kept <= 32 * symbol, "kept {bulk_kept} bytes, {} packets", bulk_kept / symbol);
+    // A fixed code's receiver keeps what its first repair may cover (one per 250 packets:
+    // none has come yet).
+    let (fixed_kept, fixed_repairs) = kept(RedundancyConfig::Fec(FecCode::Window { window: 250, every: 250 }));
+    assert_eq!(fixed_repairs, 0);
+    assert!(fixed_kept > 100 * symbol, "kept {fixed_kept} bytes for a fixed code");
+
+    // A stream: one small message every 10 ms, one data packet lost once (the third, or the 29th).
+    for lost in [2u32, 28] {
+        let mut p = Pair::new(config(adaptive.clone()), config(RedundancyConfig::None));
+        let mut seen = false;
+        p.drop = Box::new(move |to_server, ty, seq, _| to_server && ty == PacketType::Data && seq == Some(lost) && !std::mem::replace(&mut seen, true));
+        p.run_until(at(20));
+        let mut received = Vec::new();
+        for m in 0..60u8 {
+            p.client.write(&[m; 40]).unwrap();
+            p.run_until(at(30 + 10 * m as u64));
+            received.extend(Pair::read_all(p.server()).0);
+        }
+        p.run_until(at(2000));
+        received.extend(Pair::read_all(p.server()).0);
+        assert_eq!(received, (0..60u8).flat_map(|m| [m; 40]).collect::<Vec<_>>());
+        let (client, server) = (p.client.stats().clone(), p.server().stats().clone());
+        assert!(client.redundant_packets_sent > 0, "a stream gets repairs from its start");
+        assert_eq!((server.packets_rebuilt, client.retransmissions), (1, 0), "packet {lost} rebuilt, nothing resent: {server:?}");
+    }
+}
+
 #[test]
 fn repairs_nobody_announced_are_violations() {
     // The server announced no redundancy; a well-formed window repair to the client
