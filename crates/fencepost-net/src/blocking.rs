@@ -188,7 +188,7 @@ impl Io {
     /// One receive call into the core (if more waits, the next wait returns at once, and
     /// `ready` is asked between the two). Returns whether anything arrived.
     fn receive_once(&self, inbox: &mut Inbox) -> Result<bool, NetError> {
-        let emptied = driver::receive(&self.shared, inbox, 1, 1, |iovs, metas| sockio::recv(&self.shared.udp, &self.socket, iovs, metas));
+        let emptied = driver::receive(&self.shared, inbox, 1, 1, None, |iovs, metas| sockio::recv(&self.shared.udp, &self.socket, iovs, metas));
         let arrived = !emptied.map_err(|e| self.fail(e))?;
         if arrived {
             self.settled.set(None);

@@ -33,6 +33,15 @@ const ACK_STRETCH_DATAGRAMS: usize = 64;
 /// quarter fewer acks, and one connection's acks stayed as they were (docs/speed.md).
 /// Totals of 128 to 512 did about as well as each other.
 const RECEIVE_PASS_DATAGRAMS: usize = 256;
+/// Handshake packets the driver hands the core in one receive pass before it transmits.
+/// Each may cost a key agreement (about 110 us of a server's thread for a Noise NK
+/// handshake, a client a little less, against about 1 us for a data packet), and the
+/// answers leave only when the driver transmits. A hundred clients of one socket sent
+/// their Initials together, GRO put 64 of them in one buffer, and the server answered
+/// none until it had done them all (7 ms), then the client opened all the answers while
+/// the server waited: the two ends took turns for the 15-20 ms the handshakes lasted.
+/// A pass that ends after a few lets each end work on what the other just sent.
+const HANDSHAKES_PER_PASS: u32 = 8;
 /// Batch buffers kept for reuse between rounds: a window sent in one round takes dozens,
 /// and a new one is zeroed before the core writes into it (4 MiB at most are kept).
 const SPARE_BATCHES: usize = 64;
@@ -218,7 +227,7 @@ async fn run(shared: Arc<Shared>, mut socket: DriverSocket) {
         // driver next waits.) Not when the wait just ended in a receive that found the socket
         // empty: nothing was sent since, and the call would only say so again.
         if !std::mem::take(&mut drained) {
-            if let Err(e) = receive(&shared, &mut inbox, RECV_ROUNDS, 1, |iovs, metas| shared.udp.recv(socket.socket().into(), iovs, metas)) {
+            if let Err(e) = receive(&shared, &mut inbox, RECV_ROUNDS, 1, Some(HANDSHAKES_PER_PASS), |iovs, metas| shared.udp.recv(socket.socket().into(), iovs, metas)) {
                 stop(&shared, format!("socket error: {e}"));
                 closing.wake();
                 return;
@@ -292,7 +301,7 @@ async fn run(shared: Arc<Shared>, mut socket: DriverSocket) {
                     }
                 };
                 // Through tokio's readiness, which a WouldBlock resets.
-                let received = receive(&shared, &mut inbox, RECV_ROUNDS, 1, |iovs, metas| {
+                let received = receive(&shared, &mut inbox, RECV_ROUNDS, 1, Some(HANDSHAKES_PER_PASS), |iovs, metas| {
                     match ready.try_io(|input| shared.udp.recv(input.get_ref().into(), iovs, metas)) {
                         Ok(result) => result,
                         Err(_would_block) => Err(io::ErrorKind::WouldBlock.into()),
@@ -446,16 +455,53 @@ fn stop(shared: &Shared, why: String) {
     st.accept_waiter.wake();
 }
 
+/// Datagrams a receive read and the core has not had yet: the rest of a call after its
+/// pass ended on [`HANDSHAKES_PER_PASS`]. Whoever receives next (the driver or a reader)
+/// hands these over before reading the socket again, so the core gets datagrams in the
+/// order they came. It is filled only from a receive call, and only while it is empty.
+#[derive(Default)]
+pub(crate) struct Backlog {
+    /// Each receive buffer's rest: where from, GRO's stride, the datagrams.
+    runs: std::collections::VecDeque<(SocketAddr, usize, Vec<u8>)>,
+}
+
+impl Backlog {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+    }
+
+    /// Hands the core what is held, up to the pass's handshake bound if `handshakes` is
+    /// given; returns how many datagrams went.
+    fn deliver(&mut self, st: &mut State, now: fencepost_proto::Instant, handshakes: Option<u32>) -> usize {
+        let mut handled = 0;
+        while let Some((from, stride, mut data)) = self.runs.pop_front() {
+            let (count, rest) = deliver_until(st, now, from, stride, &mut data, handshakes);
+            handled += count;
+            if rest < data.len() {
+                data.drain(..rest);
+                self.runs.push_front((from, stride, data));
+                break;
+            }
+        }
+        handled
+    }
+}
+
 /// Reads the socket into the core, up to `rounds` receive calls, through `recv` (one
 /// call of `recvmmsg`, straight or through tokio's readiness), each offered at least
 /// `buffers_at_least` buffers (a reader offers two, to learn from a call that fills one
-/// that the socket is empty behind it).
-/// Returns whether it stopped because the socket was empty (not at a bound).
+/// that the socket is empty behind it). With `handshakes` (the driver's), the pass ends
+/// once the core has had that many handshake packets, and what the call read beyond
+/// them waits in the [`Backlog`]; the driver is woken for it, to come back once it has
+/// transmitted.
+/// Returns whether the caller may transmit and then wait: the socket was empty, or the
+/// pass ended on its handshakes (not at another bound: there is more to read at once).
 pub(crate) fn receive(
     shared: &Shared,
     inbox: &mut Inbox,
     rounds: usize,
     buffers_at_least: usize,
+    handshakes: Option<u32>,
     mut recv: impl FnMut(&mut [IoSliceMut<'_>], &mut [RecvMeta]) -> io::Result<usize>,
 ) -> io::Result<bool> {
     // As many buffers as hold an ack stretch when GRO fills each (one at 64 segments, all
@@ -467,7 +513,23 @@ pub(crate) fn receive(
             return Ok(false);
         }
         // From the receive to the delivery, no other receive (see `Shared::receiving`).
-        let _in_order = shared.receiving.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut backlog = shared.receiving.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if !backlog.is_empty() {
+            let mut st = shared.lock();
+            if handled == 0 {
+                st.proto.begin_receive_pass();
+            }
+            handled += backlog.deliver(&mut st, shared.now(), handshakes);
+            longest_run = st.proto.longest_receive_run() as usize;
+            // (What is held goes at once without a bound: it is left only at one.)
+            if handshakes.is_some_and(|bound| st.proto.receive_pass_handshakes() >= bound) {
+                if !backlog.is_empty() {
+                    shared.wake_driver.notify_one();
+                }
+                return Ok(true);
+            }
+            continue;
+        }
         let mut iovs: Vec<IoSliceMut<'_>> = inbox.storage.chunks_mut(RECV_BUF).take(buffers).map(IoSliceMut::new).collect();
         let metas = &mut inbox.metas[..buffers];
         let count = match recv(&mut iovs, metas) {
@@ -482,10 +544,27 @@ pub(crate) fn receive(
         if handled == 0 {
             st.proto.begin_receive_pass();
         }
+        let mut cut = false;
         for (meta, buf) in metas.iter().take(count).zip(inbox.storage.chunks_mut(RECV_BUF)) {
-            handled += deliver(&mut st, now, meta.addr, meta.stride, &mut buf[..meta.len]);
+            let buf = &mut buf[..meta.len];
+            if cut {
+                backlog.runs.push_back((meta.addr, meta.stride, buf.to_vec()));
+                continue;
+            }
+            let (delivered, rest) = deliver_until(&mut st, now, meta.addr, meta.stride, buf, handshakes);
+            handled += delivered;
+            cut = handshakes.is_some_and(|bound| st.proto.receive_pass_handshakes() >= bound);
+            if rest < buf.len() {
+                backlog.runs.push_back((meta.addr, meta.stride, buf[rest..].to_vec()));
+            }
         }
         longest_run = st.proto.longest_receive_run() as usize;
+        if cut {
+            if !backlog.is_empty() {
+                shared.wake_driver.notify_one();
+            }
+            return Ok(true);
+        }
     }
     Ok(false)
 }
@@ -494,9 +573,16 @@ pub(crate) fn receive(
 /// several of `stride` bytes (the last may be shorter). Each is opened where it lies (the
 /// buffer is refilled by the next receive anyway). Returns how many there were.
 pub(crate) fn deliver(st: &mut State, now: fencepost_proto::Instant, from: SocketAddr, stride: usize, buf: &mut [u8]) -> usize {
+    deliver_until(st, now, from, stride, buf, None).0
+}
+
+/// As [`deliver`], stopping after the datagram that brings the pass's handshake packets
+/// to `handshakes`, if given. Returns how many went and where the rest of `buf` begins.
+fn deliver_until(st: &mut State, now: fencepost_proto::Instant, from: SocketAddr, stride: usize, buf: &mut [u8], handshakes: Option<u32>) -> (usize, usize) {
     let mut response = [0u8; 64];
     let mut count = 0;
-    for datagram in buf.chunks_mut(stride.max(1)) {
+    let stride = stride.max(1);
+    for datagram in buf.chunks_mut(stride) {
         count += 1;
         match st.proto.handle_datagram_in_place(now, normalize(from), datagram, &mut response) {
             Some(DatagramEvent::NewConnection(incoming)) => {
@@ -512,8 +598,11 @@ pub(crate) fn deliver(st: &mut State, now: fencepost_proto::Instant, from: Socke
             }
             Some(DatagramEvent::Connection(_)) | None => {}
         }
+        if handshakes.is_some_and(|bound| st.proto.receive_pass_handshakes() >= bound) {
+            return (count, (count * stride).min(buf.len()));
+        }
     }
-    count
+    (count, buf.len())
 }
 
 /// IPv4 peers of a dual-stack socket appear as v4-mapped v6 addresses; use the v4 form consistently.
@@ -613,5 +702,85 @@ pub(crate) fn dispatch(st: &mut State, closing: &mut WakerSet) {
                 st.waiters.remove(&handle);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{DriverPlacement, Endpoint, EndpointConfig};
+    use fencepost_proto::TransportConfig;
+
+    /// `count` version 1 handshake Initials from as many clients of one address (the
+    /// Initial of `docs/protocol.md`'s test vectors, each with its own connection id), as
+    /// GRO's one buffer, the first time `recv` is called; the socket is empty after.
+    fn initials_once(first_cid: u32, count: usize, calls: &std::cell::Cell<usize>) -> impl FnMut(&mut [IoSliceMut<'_>], &mut [RecvMeta]) -> io::Result<usize> + '_ {
+        const INITIAL: [u8; 26] = [1, 1, 0, 0, 0, 0, 1, 0xa, 0xb, 0xc, 0xd, 0, 0, 0, 0x64, 0, 0, 0, 0, 0x05, 0xb4, 0, 0, 4, 0, 0x84];
+        move |iovs, metas| {
+            calls.set(calls.get() + 1);
+            if calls.get() > 1 {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            for (i, datagram) in iovs[0].chunks_mut(INITIAL.len()).take(count).enumerate() {
+                datagram.copy_from_slice(&INITIAL);
+                datagram[7..11].copy_from_slice(&(first_cid + i as u32).to_be_bytes());
+            }
+            metas[0].addr = "127.0.0.1:9".parse().unwrap();
+            metas[0].len = INITIAL.len() * count;
+            metas[0].stride = INITIAL.len();
+            Ok(1)
+        }
+    }
+
+    // A current-thread runtime with the driver as its task: nothing below awaits, so the
+    // driver never runs and the receives here are the endpoint's only ones.
+    #[tokio::test]
+    async fn a_pass_ends_after_its_handshakes_and_the_rest_comes_first_in_the_next() {
+        let config = EndpointConfig { driver: DriverPlacement::Task, ..EndpointConfig::server(TransportConfig::default_profile().insecure()) };
+        let endpoint = Endpoint::bind("127.0.0.1:0".parse().unwrap(), config).await.unwrap();
+        let shared = &endpoint.shared;
+        let received = || endpoint.stats().datagrams_received;
+        let mut inbox = Inbox::new();
+        let calls = std::cell::Cell::new(0);
+        let bound = Some(HANDSHAKES_PER_PASS);
+        let mut recv = initials_once(1, 20, &calls);
+        // The first pass reads the 20 and hands over 8; the caller may transmit.
+        assert!(receive(shared, &mut inbox, RECV_ROUNDS, 1, bound, &mut recv).unwrap());
+        assert_eq!((received(), calls.get()), (8, 1));
+        assert!(!shared.receiving.lock().unwrap().is_empty());
+        // The next hands over 8 more of those before reading again ...
+        assert!(receive(shared, &mut inbox, RECV_ROUNDS, 1, bound, &mut recv).unwrap());
+        assert_eq!((received(), calls.get()), (16, 1));
+        // ... and the last 4, then finds the socket empty.
+        assert!(receive(shared, &mut inbox, RECV_ROUNDS, 1, bound, &mut recv).unwrap());
+        assert_eq!((received(), calls.get()), (20, 2));
+        assert!(shared.receiving.lock().unwrap().is_empty());
+
+        // Without a bound (a reader's receive) the pass takes them all.
+        let calls = std::cell::Cell::new(0);
+        let mut recv = initials_once(101, 20, &calls);
+        assert!(receive(shared, &mut inbox, RECV_ROUNDS, 1, None, &mut recv).unwrap());
+        assert_eq!((received(), calls.get()), (40, 2));
+        // A bounded pass cut short leaves the rest to whoever receives next, bounded or not.
+        let calls = std::cell::Cell::new(0);
+        let mut recv = initials_once(201, 20, &calls);
+        assert!(receive(shared, &mut inbox, RECV_ROUNDS, 1, bound, &mut recv).unwrap());
+        assert!(receive(shared, &mut inbox, RECV_ROUNDS, 1, None, &mut recv).unwrap());
+        assert_eq!((received(), calls.get()), (60, 2));
+        // Each was a new client, and each was answered: none was lost or taken twice.
+        assert_eq!(shared.lock().proto.len(), 60);
+
+        // Handshakes that cost nothing (not valid ones) do not end a pass.
+        let calls = std::cell::Cell::new(0);
+        let mut recv = initials_once(301, 20, &calls);
+        let mut garbled = move |iovs: &mut [IoSliceMut<'_>], metas: &mut [RecvMeta]| {
+            let n = recv(iovs, metas)?;
+            for datagram in iovs[0].chunks_mut(26).take(20) {
+                datagram[6] = 9; // no such phase
+            }
+            Ok(n)
+        };
+        assert!(receive(shared, &mut inbox, RECV_ROUNDS, 1, bound, &mut garbled).unwrap());
+        assert_eq!((received(), calls.get()), (80, 2));
     }
 }

@@ -306,8 +306,9 @@ struct Shared {
     state: Mutex<State>,
     /// Held from a receive call to the delivery of what it read: the driver and a reader
     /// (see `receive_for_reader`) both receive, and a batch delivered after a later one
-    /// would look to the core like reordering, which loss detection takes for loss.
-    receiving: Mutex<()>,
+    /// would look to the core like reordering, which loss detection takes for loss. It
+    /// holds what a receive read and did not deliver (see `driver::Backlog`).
+    receiving: Mutex<driver::Backlog>,
     /// A reader's own watch on the socket, in the runtime the reader runs on, and its
     /// receive buffers (see `receive_for_reader`).
     reader: Mutex<ReaderWatch>,
@@ -389,7 +390,7 @@ impl Shared {
             // system call per message). A datagram arriving since is a new event, which
             // sets the readiness again.
             let mut short = false;
-            let received = driver::receive(self, inbox, 1, 2, |iovs, metas| {
+            let received = driver::receive(self, inbox, 1, 2, None, |iovs, metas| {
                 let offered = iovs.len();
                 match ready.try_io(|s| self.udp.recv(s.get_ref().into(), iovs, metas)) {
                     Ok(result) => {
@@ -518,7 +519,7 @@ impl Shared {
                 flush_waits: Vec::new(),
                 closing_after_send: WakerSet::default(),
             }),
-            receiving: Mutex::new(()),
+            receiving: Mutex::new(driver::Backlog::default()),
             reader: Mutex::new(ReaderWatch::Untried),
             reader_receives: std::sync::atomic::AtomicU64::new(0),
             reader_parked_at: std::sync::atomic::AtomicU64::new(0),
