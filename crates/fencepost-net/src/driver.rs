@@ -767,7 +767,7 @@ mod tests {
         assert!(receive(shared, &mut inbox, RECV_ROUNDS, 1, bound, &mut recv).unwrap());
         assert!(receive(shared, &mut inbox, RECV_ROUNDS, 1, None, &mut recv).unwrap());
         assert_eq!((received(), calls.get()), (60, 2));
-        // Each was a new client, and each was answered: none was lost or taken twice.
+        // Each made its connection: none was lost or handed over twice.
         assert_eq!(shared.lock().proto.len(), 60);
 
         // Handshakes that cost nothing (not valid ones) do not end a pass.
