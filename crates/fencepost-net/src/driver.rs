@@ -522,7 +522,7 @@ pub(crate) fn receive(
             handled += backlog.deliver(&mut st, shared.now(), handshakes);
             longest_run = st.proto.longest_receive_run() as usize;
             // (What is held goes at once without a bound: it is left only at one.)
-            if handshakes.is_some_and(|bound| st.proto.receive_pass_handshakes() >= bound) {
+            if handshakes_done(&st, handshakes) {
                 if !backlog.is_empty() {
                     shared.wake_driver.notify_one();
                 }
@@ -553,7 +553,7 @@ pub(crate) fn receive(
             }
             let (delivered, rest) = deliver_until(&mut st, now, meta.addr, meta.stride, buf, handshakes);
             handled += delivered;
-            cut = handshakes.is_some_and(|bound| st.proto.receive_pass_handshakes() >= bound);
+            cut = handshakes_done(&st, handshakes);
             if rest < buf.len() {
                 backlog.runs.push_back((meta.addr, meta.stride, buf[rest..].to_vec()));
             }
@@ -574,6 +574,11 @@ pub(crate) fn receive(
 /// buffer is refilled by the next receive anyway). Returns how many there were.
 pub(crate) fn deliver(st: &mut State, now: fencepost_proto::Instant, from: SocketAddr, stride: usize, buf: &mut [u8]) -> usize {
     deliver_until(st, now, from, stride, buf, None).0
+}
+
+/// Whether the pass has had its `handshakes` (never without a bound).
+fn handshakes_done(st: &State, handshakes: Option<u32>) -> bool {
+    handshakes.is_some_and(|bound| st.proto.receive_pass_handshakes() >= bound)
 }
 
 /// As [`deliver`], stopping after the datagram that brings the pass's handshake packets
@@ -598,7 +603,7 @@ fn deliver_until(st: &mut State, now: fencepost_proto::Instant, from: SocketAddr
             }
             Some(DatagramEvent::Connection(_)) | None => {}
         }
-        if handshakes.is_some_and(|bound| st.proto.receive_pass_handshakes() >= bound) {
+        if handshakes_done(st, handshakes) {
             return (count, (count * stride).min(buf.len()));
         }
     }
