@@ -24,7 +24,7 @@ use crate::driver::{self, Inbox, Outgoing};
 use crate::sockio;
 #[cfg(target_os = "linux")]
 use crate::uring::RingReceiver;
-use crate::{connect_hint, EndpointConfig, NetError, Shared, State, WakerSet, Waiters};
+use crate::{connect_hint, EndpointConfig, NetError, Shared, State, WakerSet};
 use fencepost_proto::{ConnectionHandle, ConnectionStats, ReadError, WriteError};
 use std::cell::{Cell, RefCell};
 use std::io;
@@ -478,15 +478,7 @@ impl Endpoint {
     pub fn connect(&self, addr: SocketAddr) -> Result<Connection, NetError> {
         let shared = &self.io.shared;
         self.io.pin(addr)?;
-        let handle = {
-            let mut st = shared.lock();
-            if let Some(why) = &st.stopped {
-                return Err(NetError::EndpointClosed(why.clone()));
-            }
-            let handle = st.proto.connect(shared.now(), addr);
-            st.waiters.insert(handle, Waiters::default());
-            handle
-        };
+        let handle = shared.open_connection(addr)?;
         self.io.touch();
         let connection = Connection { io: self.io.clone(), handle, remote: addr, read_timeout: None };
         let after = shared.config.connect_timeout;

@@ -469,6 +469,28 @@ impl Shared {
         fencepost_proto::Instant::from_micros(self.epoch.elapsed().as_micros() as u64)
     }
 
+    /// Makes a client connection to `addr` and waiters for it, its Initial written outside
+    /// the lock (see `fencepost_proto::Endpoint::prepare_connect`): tasks connecting at once
+    /// then do that work side by side, and the driver is not kept from the socket meanwhile.
+    fn open_connection(&self, addr: SocketAddr) -> Result<fencepost_proto::ConnectionHandle, NetError> {
+        let pending = {
+            let mut st = self.lock();
+            if let Some(why) = &st.stopped {
+                return Err(NetError::EndpointClosed(why.clone()));
+            }
+            st.proto.prepare_connect()
+        };
+        let opened = pending.open(self.now());
+        let mut st = self.lock();
+        // Stopped in between: no driver would ever send the Initial.
+        if let Some(why) = &st.stopped {
+            return Err(NetError::EndpointClosed(why.clone()));
+        }
+        let handle = st.proto.finish_connect(opened, addr);
+        st.waiters.insert(handle, Waiters::default());
+        Ok(handle)
+    }
+
     /// The core's instant `t` on the system's clock.
     fn instant(&self, t: fencepost_proto::Instant) -> std::time::Instant {
         self.epoch + Duration::from_micros(t.total_micros())
@@ -666,16 +688,7 @@ impl Endpoint {
 
     /// Opens a connection and waits for the handshake.
     pub async fn connect(&self, addr: SocketAddr) -> Result<Connection, NetError> {
-        let handle = {
-            let mut st = self.shared.lock();
-            if let Some(why) = &st.stopped {
-                return Err(NetError::EndpointClosed(why.clone()));
-            }
-            let now = self.shared.now();
-            let handle = st.proto.connect(now, addr);
-            st.waiters.insert(handle, Waiters::default());
-            handle
-        };
+        let handle = self.shared.open_connection(addr)?;
         self.shared.wake_driver.notify_one();
         let connection = Connection { shared: self.shared.clone(), handle, remote: addr };
         let after = self.shared.config.connect_timeout;

@@ -17,6 +17,7 @@ use snow::params::{CipherChoice, DHChoice, HashChoice};
 use snow::resolvers::{CryptoResolver, DefaultResolver};
 use snow::types::{Cipher as NoiseCipher, Dh, Hash as NoiseHash, Random};
 use std::fmt;
+use std::sync::Arc;
 
 /// Bytes of a Curve25519 key, private or public.
 pub const KEY_LEN: usize = 32;
@@ -132,11 +133,23 @@ impl fmt::Debug for PublicKey {
 }
 
 /// A static Curve25519 key pair. Its `Debug` shows only the public half.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct StaticKey {
     private: [u8; KEY_LEN],
     public: PublicKey,
+    /// The private key as AWS-LC holds it, made once: parsing it computes the public key
+    /// (a fixed-base multiplication, about 7 us), which a server otherwise did again for
+    /// every handshake it answered.
+    prepared: Option<Arc<agreement::PrivateKey>>,
 }
+
+impl PartialEq for StaticKey {
+    fn eq(&self, other: &StaticKey) -> bool {
+        self.private == other.private
+    }
+}
+
+impl Eq for StaticKey {}
 
 impl StaticKey {
     /// A new key from 32 random bytes.
@@ -151,13 +164,11 @@ impl StaticKey {
     }
 
     pub fn from_private(private: [u8; KEY_LEN]) -> StaticKey {
-        let mut dh = x25519();
+        let mut dh = AwsLcX25519::default();
         dh.set(&private);
-        let mut public = [0u8; KEY_LEN];
-        public.copy_from_slice(dh.pubkey());
         // The bytes as given (the scalar is clamped where it is used), so the key
         // round-trips through text unchanged.
-        StaticKey { private, public: PublicKey(public) }
+        StaticKey { private, public: PublicKey(dh.public), prepared: dh.key }
     }
 
     /// Reads a private key written by [`StaticKey::private_text`] (base64, surrounding whitespace allowed).
@@ -185,8 +196,10 @@ impl fmt::Debug for StaticKey {
     }
 }
 
-fn x25519() -> Box<dyn Dh> {
-    Box::new(AwsLcX25519::default())
+/// An X25519 key pair for snow, which knows `local` (this endpoint's static key) and
+/// takes it as prepared when snow sets it.
+fn x25519(local: Option<&StaticKey>) -> Box<dyn Dh> {
+    Box::new(AwsLcX25519 { local: local.cloned(), ..AwsLcX25519::default() })
 }
 
 /// Noise's X25519 through AWS-LC. snow's own (curve25519-dalek's portable code) took 54 us
@@ -201,7 +214,8 @@ fn x25519() -> Box<dyn Dh> {
 struct AwsLcX25519 {
     private: [u8; KEY_LEN],
     public: [u8; KEY_LEN],
-    key: Option<agreement::PrivateKey>,
+    key: Option<Arc<agreement::PrivateKey>>,
+    local: Option<StaticKey>,
 }
 
 impl Dh for AwsLcX25519 {
@@ -220,7 +234,12 @@ impl Dh for AwsLcX25519 {
         self.private = [0; KEY_LEN];
         let n = privkey.len().min(KEY_LEN);
         self.private[..n].copy_from_slice(&privkey[..n]);
-        self.key = agreement::PrivateKey::from_private_key(&agreement::X25519, &self.private).ok();
+        if let Some(local) = self.local.as_ref().filter(|local| local.private == self.private && local.prepared.is_some()) {
+            self.public = local.public.0;
+            self.key = local.prepared.clone();
+            return;
+        }
+        self.key = agreement::PrivateKey::from_private_key(&agreement::X25519, &self.private).ok().map(Arc::new);
         self.public = [0; KEY_LEN];
         if let Some(public) = self.key.as_ref().and_then(|key| key.compute_public_key().ok()) {
             self.public.copy_from_slice(public.as_ref());
@@ -243,7 +262,7 @@ impl Dh for AwsLcX25519 {
     fn dh(&self, pubkey: &[u8], out: &mut [u8]) -> Result<(), snow::Error> {
         let key = self.key.as_ref().ok_or(snow::Error::Dh)?;
         let peer = agreement::UnparsedPublicKey::new(&agreement::X25519, pubkey.get(..KEY_LEN).ok_or(snow::Error::Dh)?);
-        agreement::agree(key, peer, snow::Error::Dh, |shared| {
+        agreement::agree(key.as_ref(), peer, snow::Error::Dh, |shared| {
             out.get_mut(..shared.len()).ok_or(snow::Error::Dh)?.copy_from_slice(shared);
             Ok(())
         })
@@ -358,6 +377,7 @@ impl Default for NoiseConfig {
 /// X25519 from AWS-LC (see [`AwsLcX25519`]).
 struct SeededResolver {
     seed: [u8; 32],
+    local: Option<StaticKey>,
 }
 
 struct SeededRandom(ChaCha20Rng);
@@ -375,7 +395,7 @@ impl CryptoResolver for SeededResolver {
     }
     fn resolve_dh(&self, choice: &DHChoice) -> Option<Box<dyn Dh>> {
         match choice {
-            DHChoice::Curve25519 => Some(x25519()),
+            DHChoice::Curve25519 => Some(x25519(self.local.as_ref())),
             _ => None,
         }
     }
@@ -399,9 +419,10 @@ fn prologue(pattern: Pattern, cipher: Cipher, client_cid: u32) -> [u8; 19] {
     p
 }
 
-fn builder(pattern: Pattern, seed: [u8; 32]) -> snow::Builder<'static> {
+/// A handshake's builder; `local`, the static key it will be given, if any.
+fn builder(pattern: Pattern, seed: [u8; 32], local: Option<&StaticKey>) -> snow::Builder<'static> {
     let params = pattern.noise_name().parse().expect("the pattern names are valid Noise parameters");
-    snow::Builder::with_resolver(params, Box::new(SeededResolver { seed }))
+    snow::Builder::with_resolver(params, Box::new(SeededResolver { seed, local: local.cloned() }))
 }
 
 /// Why a handshake message was refused.
@@ -443,7 +464,7 @@ impl ClientHandshake {
     pub fn start(config: &NoiseConfig, client_cid: u32, seed: [u8; 32], payload: &[u8]) -> Result<ClientHandshake, HandshakeError> {
         let pattern = if config.peer.is_some() { Pattern::NK } else { Pattern::NX };
         let prologue = prologue(pattern, config.cipher, client_cid);
-        let mut b = builder(pattern, seed).prologue(&prologue).map_err(|_| HandshakeError("prologue"))?;
+        let mut b = builder(pattern, seed, None).prologue(&prologue).map_err(|_| HandshakeError("prologue"))?;
         if let Some(peer) = &config.peer {
             b = b.remote_public_key(&peer.0).map_err(|_| HandshakeError("server key"))?;
         }
@@ -484,7 +505,7 @@ pub fn server_handshake(
     accept_payload: impl FnOnce(&[u8]) -> Vec<u8>,
 ) -> Result<(Vec<u8>, Vec<u8>, SessionKeys), HandshakeError> {
     let prologue = prologue(pattern, cipher, client_cid);
-    let mut state = builder(pattern, seed)
+    let mut state = builder(pattern, seed, Some(local))
         .prologue(&prologue)
         .and_then(|b| b.local_private_key(local.private_bytes()))
         .and_then(|b| b.build_responder())
@@ -866,15 +887,23 @@ mod tests {
         assert_eq!(alice.public().0.to_vec(), hex("8520f0098930a754748b7ddcb43ef75a0dbf3a0d26381af4eba4a98eaa9b4e6a"));
         assert_eq!(bob.public().0.to_vec(), hex("de9edb7d7b7dc1b4d35b61c2ece435373f8343c85b78674dadfc7e146f882b4f"));
         let shared = hex("4a5d9d5ba4ce2de1728e3bf480350f25e07e21c947d19e3376f09b3c1e161742");
+        // Set as any key is, and as the endpoint's own static key (prepared once, not parsed again).
         for (ours, theirs) in [(&alice, &bob), (&bob, &alice)] {
-            let mut dh = x25519();
-            dh.set(ours.private_bytes());
-            let mut out = [0u8; KEY_LEN];
-            dh.dh(&theirs.public().0, &mut out).unwrap();
-            assert_eq!(out.to_vec(), shared);
+            for known in [None, Some(ours)] {
+                let mut dh = x25519(known);
+                dh.set(ours.private_bytes());
+                assert_eq!(dh.pubkey(), ours.public().0);
+                let mut out = [0u8; KEY_LEN];
+                dh.dh(&theirs.public().0, &mut out).unwrap();
+                assert_eq!(out.to_vec(), shared);
+            }
         }
+        // A key other than the known one is parsed afresh, not mistaken for it.
+        let mut dh = x25519(Some(&bob));
+        dh.set(alice.private_bytes());
+        assert_eq!(dh.pubkey(), alice.public().0);
         // Zero and one are points of small order: every private key gives the all-zero secret.
-        let mut dh = x25519();
+        let mut dh = x25519(None);
         dh.set(alice.private_bytes());
         let mut one = [0u8; KEY_LEN];
         one[0] = 1;

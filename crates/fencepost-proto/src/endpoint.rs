@@ -295,6 +295,28 @@ fn with_lent_spares<R>(spares: &mut Vec<Vec<u8>>, room: usize, connection: &mut 
     result
 }
 
+/// A client connection given its id and secrets by [`Endpoint::prepare_connect`], not yet made.
+pub struct PendingConnect {
+    config: Arc<TransportConfig>,
+    cid: u32,
+    secrets: ConnectionSecrets,
+}
+
+impl PendingConnect {
+    /// Makes the connection and writes its Initial, the costly part of a connect, without
+    /// the endpoint. Dropping the result instead of passing it to
+    /// [`Endpoint::finish_connect`] leaves its id unused for the endpoint's life.
+    pub fn open(self, now: Instant) -> OpenedConnect {
+        OpenedConnect { cid: self.cid, connection: Connection::client(self.config, now, self.cid, &self.secrets) }
+    }
+}
+
+/// A client connection made by [`PendingConnect::open`], for [`Endpoint::finish_connect`].
+pub struct OpenedConnect {
+    cid: u32,
+    connection: Connection,
+}
+
 pub struct Endpoint<A: Clone + Eq + Hash> {
     config: EndpointConfig,
     rng: ChaCha20Rng,
@@ -303,6 +325,9 @@ pub struct Endpoint<A: Clone + Eq + Hash> {
     /// This endpoint's static key (version 2).
     static_key: Option<StaticKey>,
     connections: CidMap<Entry<A>>,
+    /// Ids given to connections being opened away from the endpoint (see
+    /// [`Endpoint::prepare_connect`]), kept from any other connection until they join it.
+    opening: Vec<u32>,
     /// Counts receive passes (see [`Endpoint::begin_receive_pass`]).
     receive_pass: u64,
     /// The most datagrams one connection got in the current pass.
@@ -364,6 +389,7 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
             secrets,
             static_key,
             connections: CidMap::default(),
+            opening: Vec::new(),
             receive_pass: 0,
             pass_longest_run: 0,
             pass_handshakes: 0,
@@ -459,9 +485,31 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
 
     /// Opens a connection to `remote`; its handshake leaves on the next `poll_transmit`.
     pub fn connect(&mut self, now: Instant, remote: A) -> ConnectionHandle {
+        let opened = self.prepare_connect().open(now);
+        self.finish_connect(opened, remote)
+    }
+
+    /// [`Endpoint::connect`] in three steps, for a runtime that shares the endpoint between
+    /// threads under a lock: this one (cheap) gives the new connection its id and secrets;
+    /// [`PendingConnect::open`] writes its Initial (a key pair and, when the server's key is
+    /// known, a key agreement: tens of microseconds), and needs no endpoint; then
+    /// [`Endpoint::finish_connect`] adds it. A hundred tasks connecting at once each held a
+    /// client's lock for that work in turn, and its driver, waiting for the same lock, sent
+    /// the Initials and answered the servers' Retries only between them.
+    pub fn prepare_connect(&mut self) -> PendingConnect {
         let cid = self.fresh_cid();
+        self.opening.push(cid);
         let secrets = self.connection_secrets(cid);
-        let connection = Connection::client(self.config.transport.clone(), now, cid, &secrets);
+        PendingConnect { config: self.config.transport.clone(), cid, secrets }
+    }
+
+    /// Adds a connection made by [`PendingConnect::open`] from this endpoint's
+    /// [`Endpoint::prepare_connect`]; its handshake leaves on the next `poll_transmit`.
+    pub fn finish_connect(&mut self, opened: OpenedConnect, remote: A) -> ConnectionHandle {
+        let OpenedConnect { cid, connection } = opened;
+        if let Some(i) = self.opening.iter().position(|&c| c == cid) {
+            self.opening.swap_remove(i);
+        }
         self.insert(cid, connection, remote)
     }
 
@@ -812,7 +860,7 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
     fn fresh_cid(&mut self) -> u32 {
         loop {
             let cid = self.rng.next_u32();
-            if cid != 0 && !self.connections.contains_key(&cid) {
+            if cid != 0 && !self.connections.contains_key(&cid) && !self.opening.contains(&cid) {
                 return cid;
             }
         }
@@ -1169,6 +1217,34 @@ mod tests {
         let mut buf = vec![0u8; 2048];
         let (_, t) = ep.poll_transmit(now, &mut buf).expect("something to send");
         buf[..t.size].to_vec()
+    }
+
+    /// A connect in three steps (the Initial written away from the endpoint) makes the
+    /// connection a connect in one makes, and a connection opened meanwhile gets another id.
+    #[test]
+    fn a_connect_in_three_steps_is_the_one_connect_makes() {
+        let t = Instant::from_millis(1);
+        let (mut whole, _) = pair(10);
+        let (mut stepped, _) = pair(10);
+        let one = whole.connect(t, 1);
+        let pending = stepped.prepare_connect();
+        let reserved = pending.cid;
+        let meanwhile = stepped.connect(t, 2);
+        assert_ne!(meanwhile.0, reserved);
+        let opened = pending.open(t);
+        let three = stepped.finish_connect(opened, 1);
+        assert_eq!(three.0, one.0);
+        assert!(stepped.opening.is_empty(), "the id is an ordinary connection's now");
+        let initial = next_datagram(&mut whole, t);
+        // The stepped endpoint takes its connections in turn: find the Initial to 1.
+        let mut buf = vec![0u8; 2048];
+        let mut to_one = None;
+        while let Some((to, transmit)) = stepped.poll_transmit(t, &mut buf) {
+            if to == 1 {
+                to_one = Some(buf[..transmit.size].to_vec());
+            }
+        }
+        assert_eq!(to_one.expect("an Initial to 1"), initial);
     }
 
     #[test]
