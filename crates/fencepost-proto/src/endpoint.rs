@@ -507,7 +507,10 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
     /// [`Endpoint::prepare_connect`]; its handshake leaves on the next `poll_transmit`.
     pub fn finish_connect(&mut self, opened: OpenedConnect, remote: A) -> ConnectionHandle {
         let OpenedConnect { cid, connection } = opened;
-        if let Some(i) = self.opening.iter().position(|&c| c == cid) {
+        let reserved = self.opening.iter().position(|&c| c == cid);
+        // Another endpoint's could share an id with a connection of this one.
+        debug_assert!(reserved.is_some(), "a connection prepared by another endpoint");
+        if let Some(i) = reserved {
             self.opening.swap_remove(i);
         }
         self.insert(cid, connection, remote)
