@@ -2560,6 +2560,13 @@ impl Connection {
                 seq
             }
             None if has_new && !probing => self.disassembler.new_segment(payload)?,
+            None if has_new => {
+                // The queue held only packets acked since the timeout (it was spurious): this
+                // probe carries new data. Returning nothing here left the connection with data
+                // to send, nothing in flight and no timer but the keepalive's.
+                self.probe_budget = self.probe_budget.saturating_sub(1);
+                self.disassembler.new_segment(payload)?
+            }
             None => {
                 self.probe_budget = 0;
                 return None;

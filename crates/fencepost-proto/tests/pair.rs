@@ -749,3 +749,42 @@ fn an_ack_frequency_request_sets_how_long_the_receiver_holds_an_ack() {
         assert_eq!(p.client.stats().acks_received, acks_before + 1, "max_delay {max_delay_us} µs: not acked by {held:?}");
     }
 }
+
+/// A timeout that turns out spurious: the packets it declared lost are acknowledged before
+/// the probes resending them leave. With the queue of packets to resend holding only those,
+/// the probe must carry new data: a poll that answered nothing left a connection with data
+/// to send and no timer but its keepalive's (seen at 1,000 loopback connections, where a
+/// driver's turn could end between the timeout and the poll: 5 s stalls in two runs of six).
+#[test]
+fn after_a_spurious_timeout_the_next_poll_sends_new_data() {
+    let mut p = Pair::new(fast_config(), fast_config());
+    p.run_until(at(20));
+    p.client.write(&[3u8; 500]).unwrap();
+    p.flush();
+    // The data reaches the server; its acks are held back on the wire.
+    let mut held = Vec::new();
+    let mut until = p.now;
+    while held.is_empty() {
+        until += Duration::from_millis(1);
+        p.run_until(until);
+        held.extend(p.wire.iter().filter(|w| !w.1).map(|w| w.2.clone()));
+        p.wire.retain(|w| w.1);
+    }
+    assert_eq!(p.client.stats().acks_received, 0, "{held:?}");
+    // The client's retransmission timer fires; nothing is sent yet.
+    let timeouts = p.client.stats().retransmission_timeouts;
+    while p.client.stats().retransmission_timeouts == timeouts {
+        let next = p.client.poll_timeout().expect("a timer runs while data is in flight");
+        p.now = p.now.max(next);
+        p.client.handle_timeout(p.now);
+    }
+    assert!(p.client.stats().packets_lost > 0);
+    // Then the acks arrive: everything the timeout declared lost was received.
+    for ack in &held {
+        p.client.handle_datagram(p.now, ack);
+    }
+    p.client.write(&[4u8; 300]).unwrap();
+    let mut buf = vec![0u8; 2048];
+    let sent = p.client.poll_transmit(p.now, &mut buf);
+    assert!(matches!(sent, Some(t) if t.packet_type == PacketType::Data), "the first poll sent {sent:?}");
+}
