@@ -523,10 +523,7 @@ pub(crate) fn receive(
             longest_run = st.proto.longest_receive_run() as usize;
             // (What is held goes at once without a bound: it is left only at one.)
             if handshakes_done(&st, handshakes) {
-                if !backlog.is_empty() {
-                    shared.wake_driver.notify_one();
-                }
-                return Ok(true);
+                return Ok(ended_on_handshakes(shared, &backlog));
             }
             continue;
         }
@@ -560,10 +557,7 @@ pub(crate) fn receive(
         }
         longest_run = st.proto.longest_receive_run() as usize;
         if cut {
-            if !backlog.is_empty() {
-                shared.wake_driver.notify_one();
-            }
-            return Ok(true);
+            return Ok(ended_on_handshakes(shared, &backlog));
         }
     }
     Ok(false)
@@ -574,6 +568,15 @@ pub(crate) fn receive(
 /// buffer is refilled by the next receive anyway). Returns how many there were.
 pub(crate) fn deliver(st: &mut State, now: fencepost_proto::Instant, from: SocketAddr, stride: usize, buf: &mut [u8]) -> usize {
     deliver_until(st, now, from, stride, buf, None).0
+}
+
+/// A pass that ended on its handshakes: what it left waits in the backlog, and the driver
+/// is woken to come back for it once it has transmitted. The caller may transmit (`true`).
+fn ended_on_handshakes(shared: &Shared, backlog: &Backlog) -> bool {
+    if !backlog.is_empty() {
+        shared.wake_driver.notify_one();
+    }
+    true
 }
 
 /// Whether the pass has had its `handshakes` (never without a bound).

@@ -2559,12 +2559,13 @@ impl Connection {
                 self.probe_budget = self.probe_budget.saturating_sub(1);
                 seq
             }
-            None if has_new && !probing => self.disassembler.new_segment(payload)?,
             None if has_new => {
-                // The queue held only packets acked since the timeout (it was spurious): this
-                // probe carries new data. Returning nothing here left the connection with data
-                // to send, nothing in flight and no timer but the keepalive's.
-                self.probe_budget = self.probe_budget.saturating_sub(1);
+                if probing {
+                    // The queue held only packets acked since the timeout (it was spurious):
+                    // this probe carries new data. Returning nothing here left the connection
+                    // with data to send, nothing in flight and no timer but the keepalive's.
+                    self.probe_budget = self.probe_budget.saturating_sub(1);
+                }
                 self.disassembler.new_segment(payload)?
             }
             None => {
