@@ -32,6 +32,8 @@ const RECV_ROUNDS: usize = 8;
 /// acks halved and the receiver's CPU per GB fell from 0.371 to 0.315 s (the sender's
 /// 0.353 to 0.361, the time the same; medians of 20 interleaved runs).
 const ACK_STRETCH_DATAGRAMS: usize = 128;
+// A connection's whole turn must not end a pass on its own, or a pass holds one turn.
+const _: () = assert!(ACK_STRETCH_DATAGRAMS >= 2 * fencepost_proto::TRANSMIT_BURST as usize);
 /// ... and all connections together, so that input cannot hold output back for long (256
 /// datagrams take a few hundred microseconds to open and deliver). When the stretch above (then 64)
 /// counted every connection's datagrams, each of 100 connections got a few of them per

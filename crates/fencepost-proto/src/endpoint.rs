@@ -192,7 +192,7 @@ impl Hasher for CidHasher {
 /// 24,000, and the server's CPU per byte fell 3 % (0.374 against 0.387 and 0.385 s per
 /// GB for two copies of the old build, medians of 30 interleaved runs; the time did not
 /// move beyond the noise). At 64 alone each turn ended its pass.
-const TRANSMIT_BURST: u32 = 64;
+pub const TRANSMIT_BURST: u32 = 64;
 /// Emptied receive buffers the endpoint may keep beyond the most its connections have
 /// held at once, so that a connection whose reader keeps up still reuses its buffers.
 const SPARE_BUFFERS_FLOOR: usize = 64;

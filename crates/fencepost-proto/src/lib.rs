@@ -32,7 +32,7 @@ pub use congestion::{AckBatch, Controller, ControllerConfig, ControllerFactory, 
 pub use connection::{Connection, ConnectionError, ConnectionSecrets, Event, Hello, ReadError, Side, State, Transmit, WriteError};
 pub use crypto::{Cipher, NoiseConfig, PublicKey, StaticKey};
 pub use disassembler::Disassembler;
-pub use endpoint::{AcceptError, ConnectionHandle, DatagramEvent, Endpoint, EndpointConfig, EndpointStats, Incoming, OpenedConnect, PendingConnect};
+pub use endpoint::{AcceptError, ConnectionHandle, DatagramEvent, Endpoint, EndpointConfig, EndpointStats, Incoming, OpenedConnect, PendingConnect, TRANSMIT_BURST};
 pub use protection::{PacketProtection, ProtectionConfig, ProtectionError, ProtectionFactory};
 pub use redundancy::{Redundancy, RedundancyConfig, RedundancyFactory};
 pub use send_buffer::ByteSource;
