@@ -24,19 +24,17 @@ const RECV_ROUNDS: usize = 8;
 /// first (up to eight batches of 32 GRO buffers) made it one ack per 400-800 data packets
 /// at 2 Gbit/s between namespaces, and at 10 % drop a lost ack then left the sender without
 /// news for a long stretch (retransmission timeouts, and a quarter of the rate gone).
-/// 128 rather than 64 since a sender's connections take turns of 64 datagrams
-/// (`TRANSMIT_BURST` in the core): a turn that reached 64 ended the pass, so a pass held
-/// one connection's turn. One connection between namespaces kept its rate at 10 % drop
-/// with it (2830 and 2854 Mbit/s against 2786 and 2767 at 64, interleaved, three runs
-/// each; 18 data packets per packet of the receiver's instead of 12); over loopback its
-/// acks halved and the receiver's CPU per GB fell from 0.371 to 0.315 s (the sender's
-/// 0.353 to 0.361, the time the same; medians of 20 interleaved runs).
-const ACK_STRETCH_DATAGRAMS: usize = 128;
-// A connection's whole turn must not end a pass on its own, or a pass holds one turn.
-const _: () = assert!(ACK_STRETCH_DATAGRAMS >= 2 * fencepost_proto::TRANSMIT_BURST as usize);
+/// Two of a sender's turns (`TRANSMIT_BURST` in the core, 64 datagrams), so that one
+/// connection's whole turn does not end the pass on its own: at 64, with turns of 64, a
+/// pass held one connection's turn. One connection between namespaces kept its rate at
+/// 10 % drop with 128 (2830 and 2854 Mbit/s against 2786 and 2767 at 64, interleaved,
+/// three runs each; 18 data packets per packet of the receiver's instead of 12); over
+/// loopback its acks halved and the receiver's CPU per GB fell from 0.371 to 0.315 s (the
+/// sender's 0.353 to 0.361, the time the same; medians of 20 interleaved runs).
+const ACK_STRETCH_DATAGRAMS: usize = 2 * fencepost_proto::TRANSMIT_BURST as usize;
 /// ... and all connections together, so that input cannot hold output back for long (256
-/// datagrams take a few hundred microseconds to open and deliver). When the stretch above (then 64)
-/// counted every connection's datagrams, each of 100 connections got a few of them per
+/// datagrams take a few hundred microseconds to open and deliver). When the stretch above
+/// (then 64) counted every connection's datagrams, each of 100 connections got a few of them per
 /// call and acked every 15-17 of its packets; counted per connection up to this total,
 /// 100 connections over loopback took 8 % less CPU per byte, both ends together, with a
 /// quarter fewer acks, and one connection's acks stayed as they were (docs/speed.md).
