@@ -116,7 +116,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             print(json.dumps({"endpoint": s}), flush=True)
         print(f"\nfencepost serve: stopped; datagrams received {s['datagrams_received']:,} ({s['bytes_received']:,} bytes), "
               f"dropped: malformed {s['malformed']:,}, unknown connection {s['unknown_connection']:,}, wrong address {s['wrong_address']:,}, "
-              f"wrong version {s['wrong_version']:,}, refused {s['refused']:,}, forged handshakes {s['forged_handshakes']:,}; "
+              f"wrong version {s['wrong_version']:,}, refused {s['refused']:,}, forged handshakes {s['forged_handshakes']:,}, "
+              f"Initials shed in a flood {s['initials_shed']:,}; "
               f"sent without a connection: {s['retries_sent']:,} retries and {s['stateless_resets_sent']:,} stateless resets "
               f"({s['stateless_bytes_sent']:,} bytes)", file=sys.stderr)
         return 0

@@ -97,6 +97,10 @@ pub struct EndpointStats {
     pub stateless_resets_sent: u64,
     /// Bytes sent by the endpoint itself without a connection (retries, resets).
     pub stateless_bytes_sent: u64,
+    /// Initials a driver dropped unopened: it already held as many waiting handshakes as
+    /// it keeps (a flood of connection attempts; a real peer asks again). Counted in
+    /// `datagrams_received` too.
+    pub initials_shed: u64,
 }
 
 /// What one datagram led to.
@@ -747,6 +751,14 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
         self.receive_pass += 1;
         self.pass_longest_run = 0;
         self.pass_handshakes = 0;
+    }
+
+    /// Counts an Initial that the caller dropped without handing it over (see
+    /// [`EndpointStats::initials_shed`]).
+    pub fn shed_initial(&mut self, datagram_len: usize) {
+        self.stats.datagrams_received += 1;
+        self.stats.bytes_received += datagram_len as u64;
+        self.stats.initials_shed += 1;
     }
 
     /// The most datagrams any one connection got since [`Endpoint::begin_receive_pass`].

@@ -337,6 +337,13 @@ impl Header {
     }
 }
 
+/// Whether a datagram asks to open a connection: a handshake Initial, the only packet
+/// that names connection id 0 (of either version). Read from the header alone, so a
+/// driver can tell one without opening it (see `Endpoint::receive_pass_handshakes`).
+pub fn is_initial(datagram: &[u8]) -> bool {
+    Header::peek(datagram).is_ok_and(|h| h.dst_cid == 0 && h.packet_type == PacketType::Handshake)
+}
+
 impl<'a> Packet<'a> {
     /// A version 1 packet (or a version 2 packet's opened body, laid out as version 1).
     pub fn parse(bytes: &'a [u8]) -> Result<Packet<'a>, DecodeError> {
@@ -1008,6 +1015,18 @@ mod tests {
         ("v2-accept", "02 01 0a0b0c0d 02 11223344 00000064 0004 cccccccc"),
         ("v2-stateless-reset", "02 07 11223344 dddddddddddddddddddddddddddddddd"),
     ];
+
+    #[test]
+    fn an_initial_is_told_from_its_header_alone() {
+        let v1 = |name: &str| hex(VECTORS.iter().find(|(n, _)| *n == name).unwrap().1);
+        let v2 = |name: &str| hex(V2_VECTORS.iter().find(|(n, _)| *n == name).unwrap().1);
+        assert!(is_initial(&v1("handshake-initial")));
+        assert!(is_initial(&v2("v2-initial")));
+        // A Retry and an Accept are handshake packets too, but to a connection (its id).
+        for packet in [v1("data"), v2("v2-retry"), v2("v2-accept"), v2("v2-stateless-reset"), vec![], vec![1, 1, 0, 0], vec![9; 40]] {
+            assert!(!is_initial(&packet), "{packet:02x?}");
+        }
+    }
 
     #[test]
     fn v2_vectors_roundtrip() {

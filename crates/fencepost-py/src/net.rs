@@ -262,6 +262,7 @@ pub(crate) fn endpoint_stats_dict<'py>(py: Python<'py>, s: &fencepost_proto::End
         ("forged_handshakes", s.forged_handshakes),
         ("stateless_resets_sent", s.stateless_resets_sent),
         ("stateless_bytes_sent", s.stateless_bytes_sent),
+        ("initials_shed", s.initials_shed),
     ] {
         d.set_item(k, v)?;
     }
