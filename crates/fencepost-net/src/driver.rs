@@ -502,7 +502,7 @@ impl Backlog {
         let mut handled = 0;
         while !handshakes_done(st, handshakes) {
             let Some((from, mut datagram)) = self.initials.pop_front() else { break };
-            handle(st, now, from, &mut datagram);
+            hand_to_core(st, now, from, &mut datagram);
             handled += 1;
         }
         handled
@@ -605,7 +605,7 @@ pub(crate) fn receive(
         }
     }
     // More to read at once; Initials left waiting need the driver back even if not.
-    ended_on_handshakes(shared, &shared.receiving.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
+    wake_for_backlog(shared, &shared.receiving.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
     Ok(false)
 }
 
@@ -621,10 +621,16 @@ pub(crate) fn deliver(st: &mut State, now: fencepost_proto::Instant, from: Socke
 /// in the backlog, and the driver is woken to come back for them once it has
 /// transmitted. The caller may transmit (`true`).
 fn ended_on_handshakes(shared: &Shared, backlog: &Backlog) -> bool {
+    wake_for_backlog(shared, backlog);
+    true
+}
+
+/// Wakes the driver if datagrams wait in the backlog: it may be about to wait on a socket
+/// with nothing new in it.
+fn wake_for_backlog(shared: &Shared, backlog: &Backlog) {
     if !backlog.is_empty() {
         shared.wake_driver.notify_one();
     }
-    true
 }
 
 /// Whether the pass has had its `handshakes` (never without a bound).
@@ -663,14 +669,14 @@ fn deliver_until(
             }
         }
         count += 1;
-        handle(st, now, from, datagram);
+        hand_to_core(st, now, from, datagram);
     }
     (count, buf.len())
 }
 
 /// Hands one datagram to the core and does what it asks: a new connection accepted, a
 /// stateless answer queued.
-fn handle(st: &mut State, now: fencepost_proto::Instant, from: SocketAddr, datagram: &mut [u8]) {
+fn hand_to_core(st: &mut State, now: fencepost_proto::Instant, from: SocketAddr, datagram: &mut [u8]) {
     let mut response = [0u8; 64];
     match st.proto.handle_datagram_in_place(now, normalize(from), datagram, &mut response) {
         Some(DatagramEvent::NewConnection(incoming)) => {
@@ -927,5 +933,55 @@ mod tests {
         assert!(receive(shared, &mut inbox, RECV_ROUNDS, 1, bound, &mut recv).unwrap());
         assert_eq!(shared.lock().proto.len(), 20 + 16);
         assert_eq!(src_cid(&shared.receiving.lock().unwrap().initials.front().unwrap().1), 1001 + 16);
+    }
+
+    /// Receive buffers, each `count` copies of one datagram, as many per call as the call
+    /// offers buffers; the socket is empty after the last.
+    fn buffers_in_turn(buffers: Vec<(Vec<u8>, usize)>, calls: &std::cell::Cell<usize>) -> impl FnMut(&mut [IoSliceMut<'_>], &mut [RecvMeta]) -> io::Result<usize> + '_ {
+        let mut left = std::collections::VecDeque::from(buffers);
+        move |iovs, metas| {
+            calls.set(calls.get() + 1);
+            let mut filled = 0;
+            while filled < iovs.len() {
+                let Some((datagram, count)) = left.pop_front() else { break };
+                for slot in iovs[filled].chunks_mut(datagram.len()).take(count) {
+                    slot.copy_from_slice(&datagram);
+                }
+                metas[filled].addr = "127.0.0.1:9".parse().unwrap();
+                metas[filled].len = datagram.len() * count;
+                metas[filled].stride = datagram.len();
+                filled += 1;
+            }
+            if filled == 0 {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            Ok(filled)
+        }
+    }
+
+    #[tokio::test]
+    async fn once_it_had_its_handshakes_a_pass_ends_before_a_handshake_packet_to_a_connection() {
+        let config = EndpointConfig { driver: DriverPlacement::Task, ..EndpointConfig::server(TransportConfig::default_profile().insecure()) };
+        let endpoint = Endpoint::bind("127.0.0.1:0".parse().unwrap(), config).await.unwrap();
+        let shared = &endpoint.shared;
+        let mut inbox = Inbox::new();
+        // A handshake packet to connection 0x55667788 (a client's Accept, say): what came
+        // after it may need the keys it brings, so it is not passed.
+        let mut to_connection = INITIAL.to_vec();
+        to_connection[2..6].copy_from_slice(&0x5566_7788u32.to_be_bytes());
+        let calls = std::cell::Cell::new(0);
+        // Eight Initials (all to one client id: the first makes its connection, the rest
+        // are its repeats, each a handshake packet) fill the pass's handshakes.
+        let mut recv = buffers_in_turn(vec![(INITIAL.to_vec(), 8), (DATA.to_vec(), 2), (to_connection, 1), (DATA.to_vec(), 3)], &calls);
+        assert!(receive(shared, &mut inbox, RECV_ROUNDS, 1, Some(HANDSHAKES_PER_PASS), &mut recv).unwrap());
+        let stats = endpoint.stats();
+        assert_eq!((stats.datagrams_received, stats.unknown_connection), (10, 2));
+        assert_eq!(shared.receiving.lock().unwrap().runs.len(), 2);
+        // The next pass hands it over first, then what came after it, in order.
+        assert!(receive(shared, &mut inbox, RECV_ROUNDS, 1, Some(HANDSHAKES_PER_PASS), &mut recv).unwrap());
+        let stats = endpoint.stats();
+        assert_eq!((stats.datagrams_received, stats.unknown_connection), (14, 6));
+        assert!(shared.receiving.lock().unwrap().is_empty());
+        assert_eq!(calls.get(), 3);
     }
 }
