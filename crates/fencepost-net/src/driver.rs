@@ -2,6 +2,7 @@
 
 use crate::sockio;
 use crate::{Shared, State, WakerSet, Waiters};
+use fencepost_proto::wire::HandshakeTo;
 use fencepost_proto::{DatagramEvent, Event};
 use quinn_udp::{RecvMeta, Transmit, BATCH_SIZE};
 use std::io::{self, IoSliceMut};
@@ -655,8 +656,8 @@ fn deliver_until(
     let stride = stride.max(1);
     for (i, datagram) in buf.chunks_mut(stride).enumerate() {
         if handshakes_done(st, handshakes) {
-            match fencepost_proto::wire::Header::peek(datagram) {
-                Ok(h) if h.packet_type == fencepost_proto::wire::PacketType::Handshake && h.dst_cid == 0 => {
+            match fencepost_proto::wire::handshake_to(datagram) {
+                Some(HandshakeTo::NewConnection) => {
                     if initials.len() < WAITING_INITIALS {
                         initials.push_back((from, datagram.to_vec()));
                     } else {
@@ -664,8 +665,8 @@ fn deliver_until(
                     }
                     continue;
                 }
-                Ok(h) if h.packet_type == fencepost_proto::wire::PacketType::Handshake => return (count, i * stride),
-                _ => {}
+                Some(HandshakeTo::Connection) => return (count, i * stride),
+                None => {}
             }
         }
         count += 1;

@@ -337,11 +337,27 @@ impl Header {
     }
 }
 
-/// Whether a datagram asks to open a connection: a handshake Initial, the only packet
-/// that names connection id 0 (of either version). Read from the header alone, so a
-/// driver can tell one without opening it (see `Endpoint::receive_pass_handshakes`).
-pub fn is_initial(datagram: &[u8]) -> bool {
-    Header::peek(datagram).is_ok_and(|h| h.dst_cid == 0 && h.packet_type == PacketType::Handshake)
+/// Where a handshake packet goes, read from its header alone (see [`handshake_to`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HandshakeTo {
+    /// An Initial: it asks for a new connection (the only packet, of either version, that
+    /// names connection id 0).
+    NewConnection,
+    /// A Retry, an Accept or another handshake packet to a connection (its id).
+    Connection,
+}
+
+/// Whether a datagram is a handshake packet, and where it goes, without opening it: a
+/// driver bounds the handshakes it hands over in one pass (see
+/// `Endpoint::receive_pass_handshakes`) and tells which may wait. `None`: not a
+/// handshake packet, or no packet of ours.
+pub fn handshake_to(datagram: &[u8]) -> Option<HandshakeTo> {
+    let header = Header::peek(datagram).ok()?;
+    match (header.packet_type, header.dst_cid) {
+        (PacketType::Handshake, 0) => Some(HandshakeTo::NewConnection),
+        (PacketType::Handshake, _) => Some(HandshakeTo::Connection),
+        _ => None,
+    }
 }
 
 impl<'a> Packet<'a> {
@@ -1017,14 +1033,16 @@ mod tests {
     ];
 
     #[test]
-    fn an_initial_is_told_from_its_header_alone() {
+    fn a_handshake_packet_and_where_it_goes_are_told_from_its_header_alone() {
         let v1 = |name: &str| hex(VECTORS.iter().find(|(n, _)| *n == name).unwrap().1);
         let v2 = |name: &str| hex(V2_VECTORS.iter().find(|(n, _)| *n == name).unwrap().1);
-        assert!(is_initial(&v1("handshake-initial")));
-        assert!(is_initial(&v2("v2-initial")));
-        // A Retry and an Accept are handshake packets too, but to a connection (its id).
-        for packet in [v1("data"), v2("v2-retry"), v2("v2-accept"), v2("v2-stateless-reset"), vec![], vec![1, 1, 0, 0], vec![9; 40]] {
-            assert!(!is_initial(&packet), "{packet:02x?}");
+        assert_eq!(handshake_to(&v1("handshake-initial")), Some(HandshakeTo::NewConnection));
+        assert_eq!(handshake_to(&v2("v2-initial")), Some(HandshakeTo::NewConnection));
+        assert_eq!(handshake_to(&v1("handshake-accept")), Some(HandshakeTo::Connection));
+        assert_eq!(handshake_to(&v2("v2-retry")), Some(HandshakeTo::Connection));
+        assert_eq!(handshake_to(&v2("v2-accept")), Some(HandshakeTo::Connection));
+        for packet in [v1("data"), v2("v2-stateless-reset"), vec![], vec![1, 1, 0, 0], vec![9; 40]] {
+            assert_eq!(handshake_to(&packet), None, "{packet:02x?}");
         }
     }
 
