@@ -839,12 +839,19 @@ mod tests {
         initials_then_data_once(first_cid, count, 0, calls)
     }
 
+    /// A plaintext server endpoint whose driver is a task of the test's current-thread
+    /// runtime: nothing in the tests awaits, so the driver never runs and their receives
+    /// are the endpoint's only ones.
+    async fn plaintext_server() -> Endpoint {
+        let config = EndpointConfig { driver: DriverPlacement::Task, ..EndpointConfig::server(TransportConfig::default_profile().insecure()) };
+        Endpoint::bind("127.0.0.1:0".parse().unwrap(), config).await.unwrap()
+    }
+
     // A current-thread runtime with the driver as its task: nothing below awaits, so the
     // driver never runs and the receives here are the endpoint's only ones.
     #[tokio::test]
     async fn a_pass_takes_its_handshakes_and_the_other_initials_wait_for_the_next() {
-        let config = EndpointConfig { driver: DriverPlacement::Task, ..EndpointConfig::server(TransportConfig::default_profile().insecure()) };
-        let endpoint = Endpoint::bind("127.0.0.1:0".parse().unwrap(), config).await.unwrap();
+        let endpoint = plaintext_server().await;
         let shared = &endpoint.shared;
         let received = || endpoint.stats().datagrams_received;
         let mut inbox = Inbox::new();
@@ -894,8 +901,7 @@ mod tests {
 
     #[tokio::test]
     async fn what_came_behind_waiting_initials_goes_on_and_a_flood_is_shed() {
-        let config = EndpointConfig { driver: DriverPlacement::Task, ..EndpointConfig::server(TransportConfig::default_profile().insecure()) };
-        let endpoint = Endpoint::bind("127.0.0.1:0".parse().unwrap(), config).await.unwrap();
+        let endpoint = plaintext_server().await;
         let shared = &endpoint.shared;
         let mut inbox = Inbox::new();
         let bound = Some(HANDSHAKES_PER_PASS);
@@ -962,8 +968,7 @@ mod tests {
 
     #[tokio::test]
     async fn once_it_had_its_handshakes_a_pass_ends_before_a_handshake_packet_to_a_connection() {
-        let config = EndpointConfig { driver: DriverPlacement::Task, ..EndpointConfig::server(TransportConfig::default_profile().insecure()) };
-        let endpoint = Endpoint::bind("127.0.0.1:0".parse().unwrap(), config).await.unwrap();
+        let endpoint = plaintext_server().await;
         let shared = &endpoint.shared;
         let mut inbox = Inbox::new();
         // A handshake packet to connection 0x55667788 (a client's Accept, say): what came
