@@ -8,7 +8,9 @@ Connections: fencepost's aggregate over 1 and over --connections (100) concurren
 connections from one client to one server, with the retransmissions (none are
 needed: loopback loses nothing unless a socket buffer overflows) and both ends' CPU
 per GB; kernel TCP over the same counts (a thread per connection on each side),
-interleaved with them, as a peer for the ratio.
+interleaved with them, as a peer for the ratio. Every count, one included, is timed
+alike here: from the first connect to the last connection's end, handshakes and
+closes included.
 Ping-pong: 64-byte messages, one in flight, ROUND_TRIPS times; p50 and p99.
 Every case runs --reps times (default 3), interleaved, and prints min / median / max;
 a failed run is shown and counted, never averaged in. --json FILE writes every figure.

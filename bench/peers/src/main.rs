@@ -7,6 +7,7 @@
 //! peers server PROTO ADDR [--echo] [--insecure] [--cert FILE] [--no-verify] [--redundancy-none] [--packet-size BYTES] [--cc SPEC] [--driver thread|task|inline [--busy-poll-us N] [--wait io-uring|epoll]] [--runtime multi|current]
 //! peers client PROTO ADDR (--bytes N | --pingpong N) [--insecure] [--cert FILE] [--no-verify] [--redundancy-none] [--packet-size BYTES] [--cc SPEC] [--driver thread|task|inline [--busy-poll-us N] [--wait io-uring|epoll]] [--runtime multi|current]
 //! peers server|client fencepost|tcp ADDR --connections K ...   (K concurrent connections; tcp: bulk only)
+//!     (every K, 1 included, timed from the first connect to the last connection's end)
 //! ```
 //! PROTO is fencepost, quinn, tcp or udp. A server serves one connection and exits.
 //! `--cc` (fencepost) picks the congestion controller as `fencepost send --cc` does.
@@ -43,6 +44,10 @@ struct Args {
     cc: Option<String>,
     /// fencepost and tcp: concurrent connections (client: the bytes are split among them; server: serve this many, then exit).
     connections: usize,
+    /// `--connections` was given: every count, one included, is then timed alike, from
+    /// the first connect to the last connection's end (handshakes and closes included),
+    /// so that one connection and many compare on the same clock.
+    many: bool,
     cert: Option<String>,
     /// fencepost's payload per packet (the default fills a 1500-byte IP packet).
     packet_size: Option<u16>,
@@ -76,7 +81,7 @@ fn parse_args() -> Args {
         usage(&format!("PROTO {proto:?}: expected fencepost, quinn, tcp or udp"));
     }
     let addr = it.next().unwrap_or_else(|| usage("missing ADDR")).parse().unwrap_or_else(|_| usage("ADDR: expected IP:PORT"));
-    let mut a = Args { role, proto, addr, bytes: None, pingpong: None, insecure: false, redundancy_none: false, verify: true, echo: false, connections: 1, cc: None, cert: None, packet_size: None, driver: DriverPlacement::Thread, inline: false, busy_poll: None, waiting: fencepost_net::blocking::Waiting::IoUring, current_thread: false };
+    let mut a = Args { role, proto, addr, bytes: None, pingpong: None, insecure: false, redundancy_none: false, verify: true, echo: false, connections: 1, many: false, cc: None, cert: None, packet_size: None, driver: DriverPlacement::Thread, inline: false, busy_poll: None, waiting: fencepost_net::blocking::Waiting::IoUring, current_thread: false };
     let mut wait_given = false;
     while let Some(flag) = it.next() {
         let mut value = |name: &str| it.next().unwrap_or_else(|| usage(&format!("{name} needs a value")));
@@ -121,7 +126,8 @@ fn parse_args() -> Args {
             }
             "--packet-size" => a.packet_size = Some(value("--packet-size").parse().ok().filter(|&n: &u16| n >= 64).unwrap_or_else(|| usage("--packet-size: expected a payload size in bytes, 64 to 65535"))),
             "--connections" => {
-                a.connections = value("--connections").parse().ok().filter(|&n| n >= 1).unwrap_or_else(|| usage("--connections: expected a whole number, at least 1"))
+                a.connections = value("--connections").parse().ok().filter(|&n| n >= 1).unwrap_or_else(|| usage("--connections: expected a whole number, at least 1"));
+                a.many = true;
             }
             other => usage(&format!("unknown flag {other}")),
         }
@@ -132,10 +138,10 @@ fn parse_args() -> Args {
     if (a.busy_poll.is_some() || wait_given) && !a.inline {
         usage("--busy-poll-us and --wait: only with --driver inline (the blocking endpoint)");
     }
-    if a.connections > 1 && !matches!(a.proto.as_str(), "fencepost" | "tcp") {
+    if a.many && !matches!(a.proto.as_str(), "fencepost" | "tcp") {
         usage("--connections: fencepost and tcp only");
     }
-    if a.connections > 1 && a.proto == "tcp" && (a.pingpong.is_some() || a.echo) {
+    if a.many && a.proto == "tcp" && (a.pingpong.is_some() || a.echo) {
         usage("--connections with tcp: bulk only (a client with --bytes N, a server without --echo)");
     }
     if a.inline && (a.bytes.is_some() || (a.role == "server" && !a.echo) || a.connections > 1) {
@@ -305,9 +311,10 @@ async fn fencepost(args: &Args) -> Result<serde_json::Value> {
             acks += s.acks_received;
             one_connection_s = s.duration_s;
         }
-        // One connection is timed like the other transports (from the handshake's end);
-        // many, from the first connect, handshakes included (which only counts against them).
-        let seconds = if args.connections == 1 { one_connection_s } else { started.elapsed().as_secs_f64() };
+        // Without `--connections`, one connection is timed like the other transports (from
+        // the handshake's end to the receipt); with it, every count alike from the first
+        // connect to the last connection's end, handshakes and closes included.
+        let seconds = if args.many { started.elapsed().as_secs_f64() } else { one_connection_s };
         let mut fields = bulk_fields(delivered, seconds);
         fields["retransmissions"] = retransmissions.into();
         fields["connections"] = args.connections.into();
@@ -469,7 +476,7 @@ async fn quinn_pingpong(send: &mut quinn::SendStream, recv: &mut quinn::RecvStre
 }
 
 fn tcp(args: &Args) -> Result<serde_json::Value> {
-    if args.connections > 1 {
+    if args.many {
         return tcp_connections(args);
     }
     if args.role == "server" {
