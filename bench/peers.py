@@ -182,6 +182,11 @@ def main() -> int:
         one, many = results["connections"][1]["gbit_per_s"], results["connections"][args.connections]["gbit_per_s"]
         if one and many:
             print(f"  aggregate over {args.connections} / one connection = {many['median'] / one['median']:.2f} (medians)")
+            # Each repetition ran both counts within seconds of each other, so the spread of
+            # its own ratios shows how far this host's drift alone moves the figure.
+            paired = [m["client"]["gbit_per_s"] / o["client"]["gbit_per_s"] for o, m in zip(runs[1], runs[args.connections]) if "error" not in o and "error" not in m]
+            results["connections"]["paired_ratios"] = paired
+            print("  the same, per repetition: " + ", ".join(f"{r:.2f}" for r in paired))
             cpu_one, cpu_many = results["connections"][1]["cpu_s_per_gb"], results["connections"][args.connections]["cpu_s_per_gb"]
             if cpu_one and cpu_many:
                 print(f"  CPU per GB over {args.connections} / one connection = {cpu_many['median'] / cpu_one['median']:.2f} (medians)")
