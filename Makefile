@@ -57,6 +57,7 @@ bench: build
 	bash bench/loopback.sh
 	$(VPY) bench/peers.py
 	bash bench/connections.sh
+	$(VPY) bench/idle_memory.py
 
 clean:
 	cargo clean

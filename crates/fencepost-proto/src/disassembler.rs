@@ -322,6 +322,22 @@ impl Disassembler {
         }
     }
 
+    /// Memory its queues keep allocated beyond what they hold (spare blocks, and room the
+    /// records' queues grew to in the largest flight), which [`Disassembler::shrink_to_fit`]
+    /// gives back.
+    pub fn retained_bytes(&self) -> usize {
+        fn room<T>(capacity: usize, len: usize) -> usize {
+            (capacity - len) * std::mem::size_of::<T>()
+        }
+        self.stream.retained_bytes()
+            + room::<Segment>(self.segments.capacity(), self.segments.len())
+            + room::<(u64, u64)>(self.tx_order.capacity(), self.tx_order.len())
+            + room::<u64>(self.retransmit_queue.capacity(), self.retransmit_queue.len())
+            + room::<u64>(self.holes.capacity(), self.holes.len())
+            + room::<u64>(self.write_ends.capacity(), self.write_ends.len())
+            + room::<SentPacket>(self.newly_lost.capacity(), self.newly_lost.len())
+    }
+
     /// Gives back the memory beyond what is held now (everything is acknowledged once a
     /// connection is closed, but it lingers to answer the peer's retransmissions).
     pub fn shrink_to_fit(&mut self) {
@@ -330,6 +346,8 @@ impl Disassembler {
         self.tx_order.shrink_to_fit();
         self.retransmit_queue.shrink_to_fit();
         self.holes.shrink_to_fit();
+        self.write_ends.shrink_to_fit();
+        self.newly_lost.shrink_to_fit();
     }
 
     /// No more data: a FIN follows the bytes already written.

@@ -341,6 +341,8 @@ pub struct Endpoint<A: Clone + Eq + Hash> {
     opening: Vec<u32>,
     /// Counts receive passes (see [`Endpoint::begin_receive_pass`]).
     receive_pass: u64,
+    /// Buffer memory connections gave back since [`Endpoint::take_given_back`] last asked.
+    given_back: usize,
     /// The most datagrams one connection got in the current pass.
     pass_longest_run: u32,
     /// Handshake packets handled in the current pass (see [`Endpoint::receive_pass_handshakes`]).
@@ -402,6 +404,7 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
             connections: CidMap::default(),
             opening: Vec::new(),
             receive_pass: 0,
+            given_back: 0,
             pass_longest_run: 0,
             pass_handshakes: 0,
             by_peer: HashMap::new(),
@@ -776,6 +779,12 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
     }
 
     /// Handles every connection timer due by `now`; harmless when called early or twice.
+    /// Bytes of buffer memory the connections gave back since the last call (see
+    /// [`Connection::take_given_back`]).
+    pub fn take_given_back(&mut self) -> usize {
+        std::mem::take(&mut self.given_back)
+    }
+
     pub fn handle_timeout(&mut self, now: Instant) {
         self.reschedule_touched();
         while let Some(&Reverse((at, cid))) = self.timers.peek() {
@@ -789,6 +798,7 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
             }
             entry.scheduled = None;
             entry.connection.handle_timeout(now);
+            self.given_back += entry.connection.take_given_back();
             self.touch(cid);
         }
         self.reschedule_touched();

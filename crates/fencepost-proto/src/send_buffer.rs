@@ -200,6 +200,12 @@ impl SendBuffer {
         self.front_skip = skip;
     }
 
+    /// Memory allocated and holding no bytes: the spare blocks (each of [`BLOCK`] bytes)
+    /// and the pieces' room. Constant time: a connection asks after every event.
+    pub fn retained_bytes(&self) -> usize {
+        self.spare.len() * BLOCK + (self.pieces.capacity() - self.pieces.len()) * std::mem::size_of::<Piece>()
+    }
+
     /// Gives back memory not holding bytes.
     pub fn shrink_to_fit(&mut self) {
         self.spare = Vec::new();

@@ -20,9 +20,12 @@ pub(crate) enum Timer {
     Keepalive = 6,
     /// Neither stream advanced for the progress timeout while data was outstanding.
     Progress = 7,
+    /// Quiet long enough (nothing unacknowledged, unsent or unread) to give back the
+    /// buffers the last burst grew.
+    Trim = 8,
 }
 
-const COUNT: usize = 8;
+const COUNT: usize = 9;
 
 /// Deadlines as microseconds, [`NEVER`] where unset: the earliest is then a plain minimum
 /// over the array, which the simulator takes several times per simulated event (with

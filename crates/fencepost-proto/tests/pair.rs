@@ -788,3 +788,106 @@ fn after_a_spurious_timeout_the_next_poll_sends_new_data() {
     let sent = p.client.poll_transmit(p.now, &mut buf);
     assert!(matches!(sent, Some(t) if t.packet_type == PacketType::Data), "the first poll sent {sent:?}");
 }
+
+/// A connected pair with full-size payloads, for bursts of megabytes.
+fn bulk_pair() -> Pair {
+    let config = || TransportConfig { max_payload: 1200, ..fast_config() };
+    let mut p = Pair::new(config(), config());
+    p.run_until(at(20));
+    p
+}
+
+/// Moves `bytes` copied writes from client to server, the server reading as they come,
+/// until all is acknowledged; returns the time (ms) it was done.
+fn bulk_then_acked(p: &mut Pair, bytes: usize, mut t: u64) -> u64 {
+    let data = vec![3u8; bytes];
+    let mut written = 0;
+    while written < bytes || p.client.has_unsent_data() || p.client.bytes_in_flight() > 0 {
+        if written < bytes {
+            written += p.client.write(&data[written..]).unwrap();
+        }
+        t += 1;
+        assert!(t < 60_000, "the transfer did not finish");
+        p.run_until(at(t));
+        Pair::read_all(p.server());
+    }
+    t
+}
+
+#[test]
+fn a_connection_quiet_for_a_second_gives_back_what_its_burst_grew() {
+    let mut p = bulk_pair();
+    let done = bulk_then_acked(&mut p, 2_000_000, 20);
+    let (client_grown, server_grown) = (p.client.retained_bytes(), p.server().retained_bytes());
+    assert!(client_grown >= 256 * 1024, "the sender keeps spare blocks after a burst ({client_grown} bytes)");
+    assert!(server_grown >= 64 * 1024, "the receiver keeps spare buffers after a burst ({server_grown} bytes)");
+    // Kept through a pause shorter than a second (a bulk writer that comes back soon reuses them) ...
+    p.run_until(at(done + 800));
+    assert_eq!(p.client.retained_bytes(), client_grown);
+    // ... and given back after one.
+    p.run_until(at(done + 1_300));
+    assert!(p.client.retained_bytes() < 4096, "{} bytes kept by the quiet sender", p.client.retained_bytes());
+    assert!(p.client.take_given_back() + 4096 >= client_grown, "what was given back is counted for the driver");
+    assert_eq!(p.client.take_given_back(), 0, "and counted once");
+    assert!(p.server().retained_bytes() < 4096, "{} bytes kept by the quiet receiver", p.server().retained_bytes());
+    // Nothing lost by it: the next burst goes through and grows them again.
+    let again = bulk_then_acked(&mut p, 500_000, done + 1_300);
+    assert!(p.client.retained_bytes() >= 64 * 1024);
+    // Given back once, and no timer set again without a packet since: an idle
+    // connection is not woken every second.
+    p.run_until(at(again + 1_300));
+    assert!(p.client.retained_bytes() < 4096);
+    assert!(p.client.config().idle_timeout >= Duration::from_secs(3));
+    let next = p.client.poll_timeout();
+    assert!(next.is_none_or(|t| t >= at(again + 3_000)), "the quiet connection's next timer is at {next:?}");
+}
+
+#[test]
+fn packets_every_half_second_keep_the_buffers() {
+    let mut p = bulk_pair();
+    let done = bulk_then_acked(&mut p, 1_000_000, 20);
+    let grown = p.client.retained_bytes();
+    assert!(grown >= 64 * 1024);
+    for i in 1..=4 {
+        p.run_until(at(done + 500 * i));
+        p.client.write(b"still here").unwrap();
+    }
+    p.run_until(at(done + 2_100));
+    Pair::read_all(p.server());
+    assert!(p.client.retained_bytes() >= 64 * 1024, "a connection in use lost its buffers ({} bytes left)", p.client.retained_bytes());
+    p.run_until(at(done + 3_200));
+    assert!(p.client.retained_bytes() < 4096);
+}
+
+#[test]
+fn a_quiet_receiver_with_bytes_unread_keeps_its_buffers_and_is_not_woken_again() {
+    let mut p = bulk_pair();
+    let (total, unread) = (1_000_000, 100);
+    let data = vec![5u8; total];
+    let (mut written, mut read, mut t) = (0, 0, 20);
+    let mut buf = vec![0u8; 65536];
+    while read < total - unread || p.client.bytes_in_flight() > 0 || p.client.has_unsent_data() {
+        if written < total {
+            written += p.client.write(&data[written..]).unwrap();
+        }
+        t += 1;
+        assert!(t < 60_000, "the transfer did not finish");
+        p.run_until(at(t));
+        while read < total - unread {
+            let want = buf.len().min(total - unread - read);
+            match p.server().read(&mut buf[..want]) {
+                Ok(n) if n > 0 => read += n,
+                _ => break,
+            }
+        }
+    }
+    let grown = p.server().retained_bytes();
+    assert!(grown >= 64 * 1024, "the receiver keeps spare buffers after a burst ({grown} bytes)");
+    // The timer fires once: the unread bytes keep the receive side as it is, and the
+    // timer is not set again (set again at once, it would wake the driver without end).
+    p.run_until(at(t + 1_300));
+    assert_eq!(p.server().retained_bytes(), grown);
+    let next = p.server().poll_timeout();
+    assert!(next.is_none_or(|n| n >= at(t + 3_000)), "the quiet receiver's next timer is at {next:?}");
+    assert_eq!(Pair::read_all(p.server()).0.len(), unread);
+}
