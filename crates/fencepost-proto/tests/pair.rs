@@ -797,11 +797,11 @@ fn bulk_pair() -> Pair {
     p
 }
 
-/// Moves `bytes` copied writes from client to server, the server reading as they come,
-/// until all is acknowledged; returns the time (ms) it was done.
+/// Moves `bytes` copied writes from client to server, the server reading as they come
+/// (each byte checked), until all is acknowledged; returns the time (ms) it was done.
 fn bulk_then_acked(p: &mut Pair, bytes: usize, mut t: u64) -> u64 {
-    let data = vec![3u8; bytes];
-    let mut written = 0;
+    let data: Vec<u8> = (0..bytes).map(|i| (i % 251) as u8).collect();
+    let (mut written, mut received) = (0, Vec::new());
     while written < bytes || p.client.has_unsent_data() || p.client.bytes_in_flight() > 0 {
         if written < bytes {
             written += p.client.write(&data[written..]).unwrap();
@@ -809,8 +809,10 @@ fn bulk_then_acked(p: &mut Pair, bytes: usize, mut t: u64) -> u64 {
         t += 1;
         assert!(t < 60_000, "the transfer did not finish");
         p.run_until(at(t));
-        Pair::read_all(p.server());
+        received.extend(Pair::read_all(p.server()).0);
     }
+    received.extend(Pair::read_all(p.server()).0);
+    assert!(received == data, "the server read {} bytes, not the {bytes} written", received.len());
     t
 }
 
