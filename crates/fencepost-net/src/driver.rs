@@ -366,11 +366,10 @@ const RETURN_MEMORY_FROM: usize = 16 << 20;
 const RETURN_MEMORY_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 fn return_memory(st: &mut State) {
-    st.given_back += st.proto.take_given_back();
-    if st.given_back < RETURN_MEMORY_FROM || st.memory_returned_at.is_some_and(|at| at.elapsed() < RETURN_MEMORY_EVERY) {
+    if st.proto.given_back() < RETURN_MEMORY_FROM || st.memory_returned_at.is_some_and(|at| at.elapsed() < RETURN_MEMORY_EVERY) {
         return;
     }
-    st.given_back = 0;
+    st.proto.take_given_back();
     st.memory_returned_at = Some(std::time::Instant::now());
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
@@ -882,8 +881,6 @@ mod tests {
         Endpoint::bind("127.0.0.1:0".parse().unwrap(), config).await.unwrap()
     }
 
-    // A current-thread runtime with the driver as its task: nothing below awaits, so the
-    // driver never runs and the receives here are the endpoint's only ones.
     #[tokio::test]
     async fn a_pass_takes_its_handshakes_and_the_other_initials_wait_for_the_next() {
         let endpoint = plaintext_server().await;

@@ -275,9 +275,8 @@ struct State {
     /// Waiters in `closed()` whose connection closed in a receive a reader made: the driver
     /// wakes them with its own, once what it holds is sent.
     closing_after_send: WakerSet,
-    /// Buffer memory quiet connections gave back and the allocator still holds, and when it
-    /// was last asked to return such memory to the system (see `driver::return_memory`).
-    given_back: usize,
+    /// When the allocator was last asked to return the memory quiet connections gave back
+    /// to the system (see `driver::return_memory`).
     memory_returned_at: Option<std::time::Instant>,
 }
 
@@ -544,7 +543,6 @@ impl Shared {
                 driver_sending: false,
                 flush_waits: Vec::new(),
                 closing_after_send: WakerSet::default(),
-                given_back: 0,
                 memory_returned_at: None,
             }),
             receiving: Mutex::new(driver::Backlog::default()),

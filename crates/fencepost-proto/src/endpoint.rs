@@ -779,8 +779,13 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
     }
 
     /// Handles every connection timer due by `now`; harmless when called early or twice.
-    /// Bytes of buffer memory the connections gave back since the last call (see
-    /// [`Connection::take_given_back`]).
+    /// Bytes of buffer memory the connections gave back (see
+    /// [`Connection::take_given_back`]) since [`Endpoint::take_given_back`] last reset it.
+    pub fn given_back(&self) -> usize {
+        self.given_back
+    }
+
+    /// As [`Endpoint::given_back`], and starts the count again.
     pub fn take_given_back(&mut self) -> usize {
         std::mem::take(&mut self.given_back)
     }
