@@ -338,7 +338,7 @@ async fn run(shared: Arc<Shared>, mut socket: DriverSocket) {
 pub(crate) fn turn(shared: &Shared, st: &mut State, out: &mut Outgoing, closing: &mut WakerSet) -> Option<fencepost_proto::Instant> {
     let now = shared.now();
     st.proto.handle_timeout(now);
-    return_memory(st);
+    let memory_due = return_memory(st, now);
     for (destination, response) in std::mem::take(&mut st.responses) {
         out.add(destination, &response);
     }
@@ -353,24 +353,52 @@ pub(crate) fn turn(shared: &Shared, st: &mut State, out: &mut Outgoing, closing:
             closing.take_from(&mut w.closed);
         }
     }
-    st.proto.poll_timeout()
+    match (st.proto.poll_timeout(), memory_due) {
+        (Some(core), Some(memory)) => Some(core.min(memory)),
+        (core, memory) => core.or(memory),
+    }
 }
 
 /// Quiet connections give back what their buffers grew to (`fencepost_proto::Connection::
 /// take_given_back`), but glibc's allocator keeps freed memory for the process to reuse:
 /// 100 connections left idle after echoing 4 MB each had freed 176 MB that stayed
 /// resident until `malloc_trim` returned it (245 MB → 69 MB). Asked once this much was
-/// given back, at most once in [`RETURN_MEMORY_EVERY`]. Elsewhere than glibc, the
-/// allocator decides alone.
+/// given back, at most once in [`RETURN_MEMORY_EVERY`] ...
 const RETURN_MEMORY_FROM: usize = 16 << 20;
 const RETURN_MEMORY_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+/// ... or, when at least this much was given back and no more for [`RETURN_MEMORY_EVERY`]:
+/// the last connections to fall quiet gave back less than [`RETURN_MEMORY_FROM`] between
+/// them, and it stayed resident for as long as the server was idle (the same 100
+/// connections measured 84-112 MB a few seconds later, or 50 MB when the last trim
+/// happened to come after them). Elsewhere than glibc, the allocator decides alone.
+const RETURN_MEMORY_LEAST: usize = 1 << 20;
 
-fn return_memory(st: &mut State) {
-    if st.proto.given_back() < RETURN_MEMORY_FROM || st.memory_returned_at.is_some_and(|at| at.elapsed() < RETURN_MEMORY_EVERY) {
-        return;
+/// Whether to ask the allocator now (`Ok`) about `pending` bytes given back, unchanged
+/// since `since`, when it was last asked at `returned_at`; if not, when to look again
+/// (`None`: too little to ask about).
+fn memory_return_due(pending: usize, since: fencepost_proto::Instant, returned_at: Option<fencepost_proto::Instant>, now: fencepost_proto::Instant) -> Result<(), Option<fencepost_proto::Instant>> {
+    if pending < RETURN_MEMORY_LEAST {
+        return Err(None);
+    }
+    let every = fencepost_proto::Duration::from_micros(RETURN_MEMORY_EVERY.as_micros() as u64);
+    let allowed_at = returned_at.map_or(now, |at| at + every);
+    let due_at = if pending >= RETURN_MEMORY_FROM { allowed_at } else { allowed_at.max(since + every) };
+    if now < due_at { Err(Some(due_at)) } else { Ok(()) }
+}
+
+/// Asks the allocator to return what quiet connections gave back, when due (see
+/// [`memory_return_due`]); returns when to look again if something is pending.
+fn return_memory(st: &mut State, now: fencepost_proto::Instant) -> Option<fencepost_proto::Instant> {
+    let pending = st.proto.given_back();
+    if pending != st.memory_pending.0 {
+        st.memory_pending = (pending, now);
+    }
+    if let Err(again) = memory_return_due(pending, st.memory_pending.1, st.memory_returned_at, now) {
+        return again;
     }
     st.proto.take_given_back();
-    st.memory_returned_at = Some(std::time::Instant::now());
+    st.memory_pending = (0, now);
+    st.memory_returned_at = Some(now);
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         // On a thread of its own: it took 1-11 ms over 300 such connections, which under
@@ -387,6 +415,7 @@ fn return_memory(st: &mut State) {
             }
         }
     }
+    None
 }
 
 /// Datagrams on their way to the socket, in batches, and buffers kept for the next ones.
@@ -834,6 +863,23 @@ mod tests {
     use super::*;
     use crate::{DriverPlacement, Endpoint, EndpointConfig};
     use fencepost_proto::TransportConfig;
+
+    #[test]
+    fn memory_given_back_is_returned_once_plenty_or_once_it_stops_coming() {
+        let ms = |n: u64| fencepost_proto::Instant::ZERO + fencepost_proto::Duration::from_millis(n);
+        let mb = |n: usize| n << 20;
+        // Too little to be worth a trim, however long it waits.
+        assert_eq!(memory_return_due(RETURN_MEMORY_LEAST - 1, ms(0), None, ms(60_000)), Err(None));
+        // A little: once a second has passed with no more given back.
+        assert_eq!(memory_return_due(mb(2), ms(100), None, ms(500)), Err(Some(ms(1_100))));
+        assert_eq!(memory_return_due(mb(2), ms(100), None, ms(1_100)), Ok(()));
+        // Plenty: at once, however recent the last of it ...
+        assert_eq!(memory_return_due(mb(20), ms(500), None, ms(500)), Ok(()));
+        // ... but never twice within a second.
+        assert_eq!(memory_return_due(mb(20), ms(500), Some(ms(300)), ms(500)), Err(Some(ms(1_300))));
+        assert_eq!(memory_return_due(mb(2), ms(0), Some(ms(1_800)), ms(2_000)), Err(Some(ms(2_800))));
+        assert_eq!(memory_return_due(mb(2), ms(0), Some(ms(1_800)), ms(2_800)), Ok(()));
+    }
 
     const INITIAL: [u8; 26] = [1, 1, 0, 0, 0, 0, 1, 0xa, 0xb, 0xc, 0xd, 0, 0, 0, 0x64, 0, 0, 0, 0, 0x05, 0xb4, 0, 0, 4, 0, 0x84];
     /// A version 1 data packet (`docs/protocol.md`'s test vector) to connection id 0x11223344.

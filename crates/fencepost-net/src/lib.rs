@@ -276,8 +276,10 @@ struct State {
     /// wakes them with its own, once what it holds is sent.
     closing_after_send: WakerSet,
     /// When the allocator was last asked to return the memory quiet connections gave back
-    /// to the system (see `driver::return_memory`).
-    memory_returned_at: Option<std::time::Instant>,
+    /// to the system, and the amount given back since as last seen with the time it
+    /// changed (see `driver::return_memory`).
+    memory_returned_at: Option<fencepost_proto::Instant>,
+    memory_pending: (usize, fencepost_proto::Instant),
 }
 
 impl State {
@@ -544,6 +546,7 @@ impl Shared {
                 flush_waits: Vec::new(),
                 closing_after_send: WakerSet::default(),
                 memory_returned_at: None,
+                memory_pending: (0, fencepost_proto::Instant::ZERO),
             }),
             receiving: Mutex::new(driver::Backlog::default()),
             reader: Mutex::new(ReaderWatch::Untried),

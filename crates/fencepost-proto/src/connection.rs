@@ -68,10 +68,12 @@ const WRITABLE_SHARE: usize = 2;
 
 /// A connection quiet this long (no packet either way, everything it sent acknowledged,
 /// nothing waiting to be sent) gives back what its buffers grew to in the last burst: the
-/// send buffer's spare blocks (up to 2 MB), the records' and slots' room and, if everything
-/// received was read, the receive buffer's spares. While busy it keeps them, so a bulk
-/// transfer or a steady exchange reuses its buffers; after a pause a server holding many
-/// connections that each once moved megabytes does not hold that memory too (300
+/// send buffer's spare blocks (up to 2 MB), the records' and slots' room, the packets its
+/// FEC stage keeps to make repairs from and, if everything received was read, the receive
+/// buffer's spares and the packets its FEC decoder keeps to rebuild from. While busy it
+/// keeps them, so a bulk transfer or a steady exchange reuses its buffers; after a pause a
+/// server holding many connections that each once moved megabytes does not hold that
+/// memory too (300
 /// connections idle after echoing 4 MB each: `fencepost serve --echo` at 821 MB without
 /// this, 142 MB with it and the driver's `malloc_trim`; `bench/idle_memory.py`).
 const TRIM_AFTER: Duration = Duration::from_secs(1);
@@ -2788,8 +2790,14 @@ impl Connection {
         self.trimmed_after = last_packet;
         let kept = self.retained_bytes();
         self.disassembler.shrink_to_fit();
+        self.redundancy.forget_history();
         if self.assembler.buffered_bytes() == 0 {
             self.assembler.shrink_to_fit();
+            // Nothing is missing: the packets kept to rebuild lost ones from repairs have
+            // nothing left to rebuild.
+            if let Some(decoder) = self.fec_decoder.as_mut() {
+                decoder.forget();
+            }
         }
         self.given_back += kept.saturating_sub(self.retained_bytes());
     }
@@ -2802,10 +2810,11 @@ impl Connection {
     }
 
     /// Memory the connection's send and receive buffers keep allocated beyond the bytes
-    /// they hold (spare blocks and buffers, room their queues grew to). A connection quiet
-    /// for [`TRIM_AFTER`] gives it back.
+    /// they hold (spare blocks and buffers, room their queues grew to), and what its FEC
+    /// stage and decoder keep for repairs. A connection quiet for [`TRIM_AFTER`] gives it back.
     pub fn retained_bytes(&self) -> usize {
-        self.disassembler.retained_bytes() + self.assembler.retained_bytes()
+        let repair_state = self.fec_decoder.as_ref().map_or(0, |d| d.held_symbols() * fec_symbol_bytes(&self.config));
+        self.disassembler.retained_bytes() + self.assembler.retained_bytes() + self.redundancy.history_bytes() + repair_state
     }
 
     // ---- internals: tracing ----

@@ -170,17 +170,43 @@ pub fn parse_symbol(symbol: &[u8]) -> Option<(&[u8], bool)> {
     symbol[3 + len..].iter().all(|&b| b == 0).then_some((payload, symbol[0] == 1))
 }
 
+/// A decoder's floor once it forgets the sources it knows: those up to the highest count
+/// as delivered from then on.
+fn floor_past(floor: u64, known: &BTreeMap<u64, Vec<u8>>) -> u64 {
+    known.last_key_value().map_or(floor, |(&highest, _)| floor.max(highest + 1))
+}
+
 /// The sender's side: keeps the last source symbols and combines them into repairs.
 #[derive(Debug, Default)]
 pub struct Encoder {
     /// (sequence number, symbol), oldest first, consecutive sequence numbers.
     sources: VecDeque<(u64, Vec<u8>)>,
     keep: usize,
+    /// The capacities of the symbols held, kept up to date so that asking costs nothing.
+    held: usize,
 }
 
 impl Encoder {
     pub fn new(keep: usize) -> Encoder {
-        Encoder { sources: VecDeque::new(), keep: keep.clamp(1, MAX_SPAN) }
+        Encoder { sources: VecDeque::new(), keep: keep.clamp(1, MAX_SPAN), held: 0 }
+    }
+
+    /// Bytes the source symbols held take (their buffers' capacities).
+    pub fn held_bytes(&self) -> usize {
+        self.held
+    }
+
+    /// Lets go of every source held, and the room their queue grew to. Repairs made after
+    /// it cover only what is sent from then on: the same as after a gap in sequence numbers.
+    pub fn forget(&mut self) {
+        self.sources = VecDeque::new();
+        self.held = 0;
+    }
+
+    fn drop_oldest(&mut self) {
+        if let Some((_, symbol)) = self.sources.pop_front() {
+            self.held -= symbol.capacity();
+        }
     }
 
     /// Notes a source packet. A retransmission of one already held changes nothing;
@@ -192,11 +218,13 @@ impl Encoder {
             }
             if seq != last + 1 {
                 self.sources.clear();
+                self.held = 0;
             }
         }
+        self.held += symbol.capacity();
         self.sources.push_back((seq, symbol));
         while self.sources.len() > self.keep {
-            self.sources.pop_front();
+            self.drop_oldest();
         }
     }
 
@@ -204,7 +232,7 @@ impl Encoder {
     pub fn set_keep(&mut self, keep: usize) {
         self.keep = keep.clamp(1, MAX_SPAN);
         while self.sources.len() > self.keep {
-            self.sources.pop_front();
+            self.drop_oldest();
         }
     }
 
@@ -321,9 +349,7 @@ impl Decoder {
                 self.charged = held;
             } else {
                 self.shed_over_budget += 1;
-                if let Some((&highest, _)) = self.known.last_key_value() {
-                    self.floor = self.floor.max(highest + 1);
-                }
+                self.floor = floor_past(self.floor, &self.known);
                 self.known.clear();
                 self.pending.clear();
                 self.spare.clear();
@@ -331,6 +357,24 @@ impl Decoder {
                 self.charged = 0;
             }
         }
+    }
+
+    /// Symbols held (known sources, pending equations, spare buffers), counted without
+    /// walking them.
+    pub fn held_symbols(&self) -> usize {
+        self.known.len() + self.pending.len() + self.spare.len()
+    }
+
+    /// Forgets every source, equation and spare buffer held and lets go of the room they
+    /// took, as when the budget is spent: for a receiver that is missing nothing and has
+    /// been quiet, whose peer's next repairs cover what it sends next. A repair that still
+    /// covers a forgotten source is useless, and retransmission recovers what it would have.
+    pub fn forget(&mut self) {
+        self.floor = floor_past(self.floor, &self.known);
+        self.known = BTreeMap::new();
+        self.pending = Vec::new();
+        self.spare = Vec::new();
+        self.settle();
     }
 
     fn recycle(&mut self, symbol: Vec<u8>) {
@@ -621,6 +665,42 @@ mod tests {
         let (first, narrow) = fresh.repair(Scheme::Window, 8, 1).unwrap();
         let rebuilt = dec.add_repair(Scheme::Window, first, 8, 1, &narrow);
         assert_eq!(rebuilt, vec![(14, source_symbol(&payload(14), false))]);
+    }
+
+    #[test]
+    fn forgetting_both_ends_frees_their_symbols_and_later_repairs_still_rebuild() {
+        let mut enc = Encoder::new(16);
+        let mut dec = Decoder::new(64);
+        for seq in 0..20u64 {
+            enc.add(seq, source_symbol(&payload(seq), false));
+            assert!(dec.add_source(seq, source_symbol(&payload(seq), false)).is_empty());
+        }
+        let held: usize = enc.sources.iter().map(|(_, s)| s.capacity()).sum();
+        assert_eq!(enc.held_bytes(), held, "counted as they come and go");
+        assert!(held > 0 && dec.held_symbols() > 0);
+        // A quiet spell: both ends forget.
+        enc.forget();
+        dec.forget();
+        assert_eq!((enc.held_bytes(), enc.last(), enc.repair(Scheme::Window, 8, 0)), (0, None, None));
+        assert_eq!((dec.held_symbols(), dec.held_bytes()), (0, 0));
+        // A repair made before the sender forgot, over 12-19: all delivered and forgotten here.
+        let mut before = Encoder::new(16);
+        for seq in 4..20u64 {
+            before.add(seq, source_symbol(&payload(seq), false));
+        }
+        let (first, old) = before.repair(Scheme::Window, 8, 0).unwrap();
+        assert!(dec.add_repair(Scheme::Window, first, 8, 0, &old).is_empty());
+        // After it: 20-27 sent, 23 lost; the sender's repair covers only these and rebuilds 23.
+        for seq in 20..28u64 {
+            enc.add(seq, source_symbol(&payload(seq), false));
+            if seq != 23 {
+                assert!(dec.add_source(seq, source_symbol(&payload(seq), false)).is_empty());
+            }
+        }
+        assert_eq!(enc.held_bytes(), enc.sources.iter().map(|(_, s)| s.capacity()).sum::<usize>());
+        let (first, fresh) = enc.repair(Scheme::Window, 16, 1).unwrap();
+        assert_eq!(first, 20, "the history restarted at the forgetting");
+        assert_eq!(dec.add_repair(Scheme::Window, first, 8, 1, &fresh), vec![(23, source_symbol(&payload(23), false))]);
     }
 
     #[test]

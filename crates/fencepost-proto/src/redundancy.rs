@@ -41,6 +41,16 @@ pub trait Redundancy: fmt::Debug + Send {
     /// a stream whose messages wait on each loss, not a transfer limited by the path.
     fn on_app_limited(&mut self, _now: Instant) {}
 
+    /// Bytes of sent packets kept to make repairs from (counted without walking them).
+    fn history_bytes(&self) -> usize {
+        0
+    }
+
+    /// Everything sent is acknowledged and the connection has been quiet for a while
+    /// (see `Connection::give_back_buffers`): repairs over what was sent before are of
+    /// no use to anyone, so the history kept for them may go.
+    fn forget_history(&mut self) {}
+
     fn name(&self) -> &str;
 }
 
@@ -462,6 +472,12 @@ impl Redundancy for FecStage {
             // Two repairs after the loss; a longer window shares them with more losses.
             FecCode::Window { every, .. } => 2 * every as u64 + 1,
         }
+    }
+    fn history_bytes(&self) -> usize {
+        self.encoder.held_bytes()
+    }
+    fn forget_history(&mut self) {
+        self.encoder.forget();
     }
     fn name(&self) -> &str {
         match (self.adaptive.is_some(), self.code) {

@@ -893,3 +893,33 @@ fn a_quiet_receiver_with_bytes_unread_keeps_its_buffers_and_is_not_woken_again()
     assert!(next.is_none_or(|n| n >= at(t + 3_000)), "the quiet receiver's next timer is at {next:?}");
     assert_eq!(Pair::read_all(p.server()).0.len(), unread);
 }
+
+/// What a FEC sender keeps to make repairs from, and what its receiver keeps to rebuild
+/// with, go with the buffers once the connection is quiet. The repairs after the pause
+/// cover only what is sent from then on, and still rebuild a lost packet.
+#[test]
+fn a_quiet_connection_forgets_its_repair_history_and_repairs_still_rebuild() {
+    let config = |redundancy| TransportConfig { max_payload: 1200, redundancy, ..fast_config() };
+    let mut p = Pair::new(config(RedundancyConfig::Fec(FecCode::Window { window: 32, every: 4 })), config(RedundancyConfig::None));
+    // The first data packet at or past `drop_from` on its way to the server is lost, once.
+    let drop_from = std::rc::Rc::new(std::cell::Cell::new(u32::MAX));
+    let (from, mut dropped) = (drop_from.clone(), false);
+    p.drop = Box::new(move |to_server, ty, seq, _| {
+        let lose = !dropped && to_server && ty == PacketType::Data && seq.is_some_and(|s| s >= from.get());
+        dropped |= lose;
+        lose
+    });
+    p.run_until(at(20));
+    let done = bulk_then_acked(&mut p, 1_000_000, 20);
+    assert!(p.client.retained_bytes() >= 32 * 1200, "the sender keeps its last 32 packets for repairs ({} bytes kept)", p.client.retained_bytes());
+    assert!(p.server().repair_state_bytes() >= 32 * 1200, "the receiver keeps packets to rebuild from ({} bytes)", p.server().repair_state_bytes());
+    p.run_until(at(done + 1_300));
+    assert!(p.client.retained_bytes() < 4096, "{} bytes kept by the quiet sender", p.client.retained_bytes());
+    assert_eq!(p.server().repair_state_bytes(), 0, "the quiet receiver keeps nothing to rebuild from");
+    let (rebuilt, resent) = (p.server().stats().packets_rebuilt, p.client.stats().retransmissions);
+    drop_from.set(p.client.stats().data_packets_sent as u32 + 5);
+    bulk_then_acked(&mut p, 200_000, done + 1_300);
+    let server = p.server().stats().clone();
+    assert_eq!(server.packets_rebuilt, rebuilt + 1, "the packet lost after the pause is rebuilt from a repair: {server:?}");
+    assert_eq!(p.client.stats().retransmissions, resent, "nothing resent: the repair rebuilt it");
+}
