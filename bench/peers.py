@@ -149,7 +149,9 @@ def main() -> int:
         # with fencepost's runs: a peer for the ratio, measured on the same host at the same time.
         tcp_runs = {k: [] for k in runs}
         for rep in range(args.reps):
-            for k in runs:
+            # One count first in one repetition, the other in the next: a run that follows
+            # another (its memory, its threads) is not always the same count's.
+            for k in (list(runs) if rep % 2 == 0 else list(runs)[::-1]):
                 r = one_run("fencepost", ["--no-verify", "--connections", str(k)], ["--bytes", str(args.bytes)], timeout=180)
                 runs[k].append(r)
                 print(f"  connections rep {rep + 1} x{k}: {r.get('error') or '%.2f Gbit/s, %d retransmissions' % (r['client']['gbit_per_s'], r['client']['retransmissions'])}",
