@@ -563,6 +563,22 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
         Some((incoming.remote, transmit))
     }
 
+    /// A connection fell quiet and gave back its buffers: the shared spare receive buffers,
+    /// sized to the most held at once since, are sized to what is held now (and the
+    /// floor's few buffers). A receiver still busy grows them again as it needs. Returns the
+    /// bytes let go.
+    fn shrink_spares(&mut self) -> usize {
+        self.held_peak = self.budget.used();
+        let keep = self.spare_room().saturating_sub(self.held_peak) / self.max_payload();
+        if self.spare_buffers.len() <= keep {
+            return 0;
+        }
+        let freed = self.spare_buffers[keep..].iter().map(Vec::capacity).sum();
+        self.spare_buffers.truncate(keep);
+        self.spare_buffers.shrink_to_fit();
+        freed
+    }
+
     /// Forgets a connection; its packets are then dropped as unknown.
     pub fn remove(&mut self, handle: ConnectionHandle) -> Option<Connection> {
         let entry = self.connections.remove(&handle.0)?;
@@ -803,7 +819,10 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
             }
             entry.scheduled = None;
             entry.connection.handle_timeout(now);
-            self.given_back += entry.connection.take_given_back();
+            let given_back = entry.connection.take_given_back();
+            if given_back > 0 {
+                self.given_back += given_back + self.shrink_spares();
+            }
             self.touch(cid);
         }
         self.reschedule_touched();
@@ -1461,6 +1480,52 @@ mod tests {
             assert_eq!(net.1.stats().stateless_resets_sent, 1);
             assert_eq!(net.0.connection(h).unwrap().error(), Some(&crate::ConnectionError::Reset(ResetReason::UnknownConnection)));
         }
+    }
+
+    /// Runs both endpoints' timers and exchanges at each millisecond from `from` to `to`.
+    fn run_between(net: &mut Net, from: u64, to: u64) {
+        for ms in from..=to {
+            let now = Instant::from_millis(ms);
+            net.0.handle_timeout(now);
+            net.1.handle_timeout(now);
+            exchange(net, now);
+        }
+    }
+
+    #[test]
+    fn the_shared_spares_shrink_to_what_is_held_when_a_connection_falls_quiet() {
+        let mut net = pair_with(TransportConfig::default().insecure(), 10);
+        let client = established(&mut net, Instant::from_millis(1));
+        let payload = usize::from(TransportConfig::default().max_payload);
+        let burst = vec![7u8; 300 * payload];
+        let mut written = 0;
+        for ms in 2..2_000 {
+            if written < burst.len() {
+                written += net.0.connection_mut(client).unwrap().write(&burst[written..]).unwrap();
+            }
+            run_between(&mut net, ms, ms);
+            if net.1.handles().next().is_some_and(|h| net.1.connection(h).unwrap().readable_len() == burst.len()) {
+                break;
+            }
+        }
+        // Read only once all of it is in (the endpoint held the whole burst at once), in
+        // reads of a few packets, as an application's buffer takes them.
+        let server = net.1.handles().next().unwrap();
+        let (mut got, mut read) = (vec![0u8; 4 * payload], 0);
+        while read < burst.len() {
+            let n = net.1.reading(server, |c| c.read(&mut got).unwrap()).unwrap();
+            assert!(n > 0 && got[..n].iter().all(|&b| b == 7));
+            read += n;
+        }
+        assert!(net.1.spare_buffers.len() >= 200, "the emptied buffers went to the shared spares ({})", net.1.spare_buffers.len());
+        // The server answers with enough to keep on its side a while (so it has something to
+        // give back when it falls quiet), then both sides go quiet.
+        net.1.connection_mut(server).unwrap().write(&vec![8u8; 200_000]).unwrap();
+        run_between(&mut net, 2_000, 2_300);
+        assert_eq!(net.1.given_back(), 0, "nothing given back while in use");
+        run_between(&mut net, 2_301, 3_500);
+        assert!(net.1.spare_buffers.len() <= SPARE_BUFFERS_FLOOR, "{} spares kept after a quiet second", net.1.spare_buffers.len());
+        assert!(net.1.given_back() >= 200 * payload, "the spares let go are counted as given back ({} bytes)", net.1.given_back());
     }
 
     #[test]
