@@ -73,9 +73,9 @@ const WRITABLE_SHARE: usize = 2;
 /// buffer's spares and the packets its FEC decoder keeps to rebuild from. While busy it
 /// keeps them, so a bulk transfer or a steady exchange reuses its buffers; after a pause a
 /// server holding many connections that each once moved megabytes does not hold that
-/// memory too (300
-/// connections idle after echoing 4 MB each: `fencepost serve --echo` at 821 MB without
-/// this, 142 MB with it and the driver's `malloc_trim`; `bench/idle_memory.py`).
+/// memory too (300 connections idle after echoing 4 MB each: `fencepost serve --echo` at
+/// 821 MB without this, 142 MB with it and the driver's `malloc_trim`; 71 MB once the FEC
+/// state and the endpoint's shared spares went too; `bench/idle_memory.py`).
 const TRIM_AFTER: Duration = Duration::from_secs(1);
 /// ... when at least this much would come back: smaller connections (a request and its
 /// reply) are not worth a timer that wakes the driver.
