@@ -30,7 +30,10 @@ echo "opening connections to one fencepost serve --echo (each echoes one message
 declare -A per
 for n in 500 2000 8000; do
     start_serve
-    line=$("$CLIENT" "127.0.0.1:$PORT" "$n" 0 | head -1)
+    # All of the client's output, then its first line: through `head -1` the client's
+    # next line could meet a closed pipe, and the client's panic ended the script.
+    output=$("$CLIENT" "127.0.0.1:$PORT" "$n" 0)
+    line=$(head -1 <<<"$output")
     stop_serve
     us=$(sed -E 's/.*\(([0-9.]+) us per connection.*/\1/' <<<"$line")
     per[$n]=$us
