@@ -365,7 +365,7 @@ pub(crate) fn turn(shared: &Shared, st: &mut State, out: &mut Outgoing, closing:
 /// resident until `malloc_trim` returned it (245 MB → 69 MB). Asked once this much was
 /// given back, at most once in [`RETURN_MEMORY_EVERY`] ...
 const RETURN_MEMORY_FROM: usize = 16 << 20;
-const RETURN_MEMORY_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+const RETURN_MEMORY_EVERY: fencepost_proto::Duration = fencepost_proto::Duration::from_secs(1);
 /// ... or, when at least this much was given back and no more for [`RETURN_MEMORY_EVERY`]:
 /// the last connections to fall quiet gave back less than [`RETURN_MEMORY_FROM`] between
 /// them, and it stayed resident for as long as the server was idle (the same 100
@@ -380,9 +380,8 @@ fn memory_return_due(pending: usize, since: fencepost_proto::Instant, returned_a
     if pending < RETURN_MEMORY_LEAST {
         return Err(None);
     }
-    let every = fencepost_proto::Duration::from_micros(RETURN_MEMORY_EVERY.as_micros() as u64);
-    let allowed_at = returned_at.map_or(now, |at| at + every);
-    let due_at = if pending >= RETURN_MEMORY_FROM { allowed_at } else { allowed_at.max(since + every) };
+    let allowed_at = returned_at.map_or(now, |at| at + RETURN_MEMORY_EVERY);
+    let due_at = if pending >= RETURN_MEMORY_FROM { allowed_at } else { allowed_at.max(since + RETURN_MEMORY_EVERY) };
     if now < due_at { Err(Some(due_at)) } else { Ok(()) }
 }
 

@@ -238,13 +238,11 @@ impl Assembler {
     /// each), and room the slots and queues grew to, which [`Assembler::shrink_to_fit`]
     /// gives back. Constant time: a connection asks after every event.
     pub fn retained_bytes(&self) -> usize {
-        fn room<T>(capacity: usize, len: usize) -> usize {
-            (capacity - len) * std::mem::size_of::<T>()
-        }
+        use crate::unused_room;
         self.spare.len() * self.max_payload
-            + room::<Slot>(self.slots.capacity(), self.slots.len())
-            + room::<u64>(self.held_bits.capacity(), self.held_bits.len())
-            + room::<Vec<u8>>(self.readable.chunks.capacity(), self.readable.chunks.len())
+            + unused_room::<Slot>(self.slots.capacity(), self.slots.len())
+            + unused_room::<u64>(self.held_bits.capacity(), self.held_bits.len())
+            + unused_room::<Vec<u8>>(self.readable.chunks.capacity(), self.readable.chunks.len())
     }
 
     /// Gives back the memory beyond what is held now (for a connection that is done

@@ -326,16 +326,14 @@ impl Disassembler {
     /// records' queues grew to in the largest flight), which [`Disassembler::shrink_to_fit`]
     /// gives back.
     pub fn retained_bytes(&self) -> usize {
-        fn room<T>(capacity: usize, len: usize) -> usize {
-            (capacity - len) * std::mem::size_of::<T>()
-        }
+        use crate::unused_room;
         self.stream.retained_bytes()
-            + room::<Segment>(self.segments.capacity(), self.segments.len())
-            + room::<(u64, u64)>(self.tx_order.capacity(), self.tx_order.len())
-            + room::<u64>(self.retransmit_queue.capacity(), self.retransmit_queue.len())
-            + room::<u64>(self.holes.capacity(), self.holes.len())
-            + room::<u64>(self.write_ends.capacity(), self.write_ends.len())
-            + room::<SentPacket>(self.newly_lost.capacity(), self.newly_lost.len())
+            + unused_room::<Segment>(self.segments.capacity(), self.segments.len())
+            + unused_room::<(u64, u64)>(self.tx_order.capacity(), self.tx_order.len())
+            + unused_room::<u64>(self.retransmit_queue.capacity(), self.retransmit_queue.len())
+            + unused_room::<u64>(self.holes.capacity(), self.holes.len())
+            + unused_room::<u64>(self.write_ends.capacity(), self.write_ends.len())
+            + unused_room::<SentPacket>(self.newly_lost.capacity(), self.newly_lost.len())
     }
 
     /// Gives back the memory beyond what is held now (everything is acknowledged once a

@@ -569,13 +569,16 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
     /// bytes let go.
     fn shrink_spares(&mut self) -> usize {
         self.held_peak = self.budget.used();
-        let keep = self.spare_room().saturating_sub(self.held_peak) / self.max_payload();
-        if self.spare_buffers.len() <= keep {
-            return 0;
-        }
-        let freed = self.spare_buffers[keep..].iter().map(Vec::capacity).sum();
+        self.keep_spares(self.spare_room().saturating_sub(self.held_peak) / self.max_payload())
+    }
+
+    /// Keeps at most `keep` spare receive buffers; returns the bytes of those let go.
+    fn keep_spares(&mut self, keep: usize) -> usize {
+        let freed = self.spare_buffers.get(keep..).map_or(0, |gone| gone.iter().map(Vec::capacity).sum());
         self.spare_buffers.truncate(keep);
-        self.spare_buffers.shrink_to_fit();
+        if self.spare_buffers.is_empty() {
+            self.spare_buffers = Vec::new();
+        }
         freed
     }
 
@@ -591,10 +594,7 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
         let held_now = self.budget.used().saturating_sub(entry.connection.buffered_bytes());
         self.held_peak = (self.held_peak - self.held_peak / (self.connections.len() + 1)).max(held_now);
         let keep = if self.connections.is_empty() { 0 } else { self.spare_room().saturating_sub(held_now) / self.max_payload() };
-        self.spare_buffers.truncate(keep);
-        if self.spare_buffers.is_empty() {
-            self.spare_buffers = Vec::new();
-        }
+        self.keep_spares(keep);
         Some(entry.connection)
     }
 

@@ -340,7 +340,7 @@ impl Decoder {
     /// sender's retransmissions recover what it would have rebuilt).
     fn settle(&mut self) {
         let Some((budget, per_symbol)) = &self.budget else { return };
-        let held = (self.known.len() + self.pending.len() + self.spare.len()) * per_symbol;
+        let held = self.held_symbols() * per_symbol;
         if held < self.charged {
             budget.give(self.charged - held);
             self.charged = held;

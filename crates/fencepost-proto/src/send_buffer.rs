@@ -203,7 +203,7 @@ impl SendBuffer {
     /// Memory allocated and holding no bytes: the spare blocks (each of [`BLOCK`] bytes)
     /// and the pieces' room. Constant time: a connection asks after every event.
     pub fn retained_bytes(&self) -> usize {
-        self.spare.len() * BLOCK + (self.pieces.capacity() - self.pieces.len()) * std::mem::size_of::<Piece>()
+        self.spare.len() * BLOCK + crate::unused_room::<Piece>(self.pieces.capacity(), self.pieces.len())
     }
 
     /// Gives back memory not holding bytes.
