@@ -272,6 +272,9 @@ enum Bottleneck<P> {
         bits_per_second: u64,
         /// The packet being serialized and when its last bit leaves.
         current: Option<(Queued<P>, Micros)>,
+        /// What the serialization times so far came to beyond whole microseconds, in
+        /// bit-microseconds (see [`serialization_time`]).
+        carry: u64,
     },
     Trace {
         trace: Arc<Trace>,
@@ -323,7 +326,7 @@ impl<P: Clone> Link<P> {
     pub fn new(config: LinkConfig, seed: u64, start: Micros) -> Self {
         let bottleneck = match &config.bandwidth {
             Bandwidth::Unlimited => Bottleneck::Unlimited,
-            Bandwidth::Rate(bps) => Bottleneck::Rate { bits_per_second: (*bps).max(1), current: None },
+            Bandwidth::Rate(bps) => Bottleneck::Rate { bits_per_second: (*bps).max(1), current: None, carry: 0 },
             Bandwidth::Trace(trace) => Bottleneck::Trace { trace: trace.clone(), next: 0, base: start, current: None },
         };
         Link {
@@ -408,7 +411,7 @@ impl<P: Clone> Link<P> {
         }
         self.bottleneck = match &bandwidth {
             Bandwidth::Unlimited => Bottleneck::Unlimited,
-            Bandwidth::Rate(bps) => Bottleneck::Rate { bits_per_second: (*bps).max(1), current: None },
+            Bandwidth::Rate(bps) => Bottleneck::Rate { bits_per_second: (*bps).max(1), current: None, carry: 0 },
             Bandwidth::Trace(trace) => Bottleneck::Trace { trace: trace.clone(), next: 0, base: now, current: None },
         };
         if matches!(bandwidth, Bandwidth::Trace(_)) {
@@ -443,11 +446,10 @@ impl<P: Clone> Link<P> {
                     self.put_on_wire(now, item);
                 }
             }
-            Bottleneck::Rate { bits_per_second, current } if current.is_none() => {
-                let bps = *bits_per_second;
+            Bottleneck::Rate { current, .. } if current.is_none() => {
                 if let Some(item) = self.pop_queue() {
-                    let done = now + serialization_time(item.size, bps);
-                    if let Bottleneck::Rate { current, .. } = &mut self.bottleneck {
+                    if let Bottleneck::Rate { bits_per_second, current, carry } = &mut self.bottleneck {
+                        let done = now + serialization_time(item.size, *bits_per_second, carry);
                         *current = Some((item, done));
                     }
                 }
@@ -544,8 +546,8 @@ impl<P: Clone> Link<P> {
                 self.record(now, LinkEventKind::Enqueued, item.id, item.size);
                 self.put_on_wire(now, item);
             }
-            Bottleneck::Rate { bits_per_second, current } if current.is_none() && self.queue.is_empty() => {
-                let done = now + serialization_time(item.size, *bits_per_second);
+            Bottleneck::Rate { bits_per_second, current, carry } if current.is_none() && self.queue.is_empty() => {
+                let done = now + serialization_time(item.size, *bits_per_second, carry);
                 let (id, size) = (item.id, item.size);
                 *current = Some((item, done));
                 self.record(now, LinkEventKind::Enqueued, id, size);
@@ -610,14 +612,13 @@ impl<P: Clone> Link<P> {
         loop {
             match &mut self.bottleneck {
                 Bottleneck::Unlimited => return,
-                Bottleneck::Rate { bits_per_second, current } => {
-                    let bps = *bits_per_second;
+                Bottleneck::Rate { current, .. } => {
                     match current.take() {
                         Some((item, done)) if done <= now => {
                             self.put_on_wire(done, item);
                             if let Some(next) = self.pop_queue() {
-                                let finish = done + serialization_time(next.size, bps);
-                                if let Bottleneck::Rate { current, .. } = &mut self.bottleneck {
+                                if let Bottleneck::Rate { bits_per_second, current, carry } = &mut self.bottleneck {
+                                    let finish = done + serialization_time(next.size, *bits_per_second, carry);
                                     *current = Some((next, finish));
                                 }
                             }
@@ -771,8 +772,13 @@ impl<P: Clone> Link<P> {
     }
 }
 
-fn serialization_time(size: usize, bits_per_second: u64) -> Micros {
-    ((size as u128 * 8 * 1_000_000).div_ceil(bits_per_second as u128)) as Micros
+/// How long `size` bytes take at `bits_per_second`, in whole microseconds, with what is
+/// left over carried to the next packet: rounded up each time instead, a 1,478-byte packet
+/// at 10 Gbit/s (1.18 µs) took 2 µs, and the link ran at 59 % of its rate (98.5 % at 1 Gbit/s).
+fn serialization_time(size: usize, bits_per_second: u64, carry: &mut u64) -> Micros {
+    let bit_micros = size as u128 * 8 * 1_000_000 + u128::from(*carry);
+    *carry = (bit_micros % u128::from(bits_per_second)) as u64;
+    (bit_micros / u128::from(bits_per_second)) as Micros
 }
 
 #[cfg(test)]
@@ -801,6 +807,21 @@ mod tests {
             link.enqueue(0, i, 125);
         }
         assert_eq!(drain(&mut link, u64::MAX), vec![(11_000, 0), (12_000, 1), (13_000, 2)]);
+    }
+
+    #[test]
+    fn a_rate_whose_packets_take_a_fraction_of_a_microsecond_more_is_still_kept() {
+        // 10 Gbit/s: a 1,478-byte packet takes 1.1824 µs; 10,000 back to back take 11,824 µs.
+        let config = LinkConfig { bandwidth: Bandwidth::Rate(10_000_000_000), ..Default::default() };
+        let mut link = Link::new(config, 1, 0);
+        for i in 0..10_000 {
+            link.enqueue(0, i, 1478);
+        }
+        let delivered = drain(&mut link, u64::MAX);
+        assert_eq!(delivered.len(), 10_000);
+        assert!(delivered.windows(2).all(|w| w[0].0 <= w[1].0 && w[0].1 < w[1].1), "in order");
+        let last = delivered.last().unwrap().0;
+        assert!((11_823..=11_824).contains(&last), "the last left at {last} µs");
     }
 
     #[test]
