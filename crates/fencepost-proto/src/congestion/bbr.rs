@@ -139,6 +139,8 @@ const LENGTHENED_PATH_ROUNDS: u32 = 4;
 const PATH_STEP_MIN: Duration = Duration::from_millis(5);
 const QUEUE_ALLOWANCE_MIN: u64 = 4;
 const QUEUE_ALLOWANCE_MAX: u64 = 16;
+/// `tolerant`: packets a competing flow's window holds beyond BBR v1's (see `Bbr::competing_window`).
+const COMPETING_ALLOWANCE: u64 = 8;
 /// `tolerant`: the largest loss rate corrected for; beyond it samples are scaled by 3.3 at
 /// most. Loss above it is rarely what a lossy link does (fencepost aims at 10-60 %) but what a
 /// bottleneck shared by more flows than it has room for does to each of them, and there
@@ -837,18 +839,18 @@ impl Bbr {
     }
 
     /// `tolerant`'s window in ProbeBW while competing: BBR v1's (two products and three
-    /// send quanta), and the largest queue allowance besides. Each of BBR's terms grows with
-    /// the flow's own estimate, so where flows are bound by their windows any split of the
-    /// bottleneck keeps itself (each flow's window carries its estimate at the RTT the
+    /// send quanta), and [`COMPETING_ALLOWANCE`] packets besides. Each of BBR's terms grows
+    /// with the flow's own estimate, so where flows are bound by their windows any split of
+    /// the bottleneck keeps itself (each flow's window carries its estimate at the RTT the
     /// windows together make); a term the same for every flow pulls them to equal rates, as
     /// the allowance does outside competition. Below 24 Mbit/s a quantum is two packets,
     /// the same for every flow, and many slow flows shared fairly without it; above, it is a
     /// millisecond of the flow's rate: twenty flows through 1 Gbit/s x 2 ms got 18 to 241
-    /// Mbit/s (Jain 0.42, and 0.71 for fifty, 0.90 for sixteen through 1 MB at 100 Mbit/s x
-    /// 40 ms); 0.99, 0.98 and 0.98 now. The price is the allowance queued for each flow:
-    /// the sixteen's mean RTT went from 85 to 105 ms (BBR v1 87).
+    /// Mbit/s (Jain 0.42, and 0.71 for fifty); 0.98 and 0.95 now. The price is the packets
+    /// queued for each flow: twenty flows of 5 Mbit/s through 5 MB at 100 Mbit/s x 20 ms,
+    /// mean RTT 51 -> 62 ms. Sixteen packets gave 0.99 and 0.98, and 72 ms there (`docs/congestion.md`).
     fn competing_window(&self) -> u64 {
-        self.inflight(self.cwnd_gain) + 3 * self.send_quantum() + QUEUE_ALLOWANCE_MAX * self.mss
+        self.inflight(self.cwnd_gain) + 3 * self.send_quantum() + COMPETING_ALLOWANCE * self.mss
     }
 
     /// `tolerant`: what the window allows beyond the bandwidth-delay product outside
