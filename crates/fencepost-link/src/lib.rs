@@ -439,6 +439,14 @@ impl<P: Clone> Link<P> {
         self.config.delay = delay;
     }
 
+    /// Puts `item` on a rate bottleneck from `start`, to leave once its last bit is out.
+    fn serialize(&mut self, start: Micros, item: Queued<P>) {
+        if let Bottleneck::Rate { bits_per_second, current, carry } = &mut self.bottleneck {
+            let done = start + serialization_time(item.size, *bits_per_second, carry);
+            *current = Some((item, done));
+        }
+    }
+
     fn restart_service(&mut self, now: Micros) {
         match &mut self.bottleneck {
             Bottleneck::Unlimited => {
@@ -448,10 +456,7 @@ impl<P: Clone> Link<P> {
             }
             Bottleneck::Rate { current, .. } if current.is_none() => {
                 if let Some(item) = self.pop_queue() {
-                    if let Bottleneck::Rate { bits_per_second, current, carry } = &mut self.bottleneck {
-                        let done = now + serialization_time(item.size, *bits_per_second, carry);
-                        *current = Some((item, done));
-                    }
+                    self.serialize(now, item);
                 }
             }
             _ => {}
@@ -546,11 +551,9 @@ impl<P: Clone> Link<P> {
                 self.record(now, LinkEventKind::Enqueued, item.id, item.size);
                 self.put_on_wire(now, item);
             }
-            Bottleneck::Rate { bits_per_second, current, carry } if current.is_none() && self.queue.is_empty() => {
-                let done = now + serialization_time(item.size, *bits_per_second, carry);
-                let (id, size) = (item.id, item.size);
-                *current = Some((item, done));
-                self.record(now, LinkEventKind::Enqueued, id, size);
+            Bottleneck::Rate { current, .. } if current.is_none() && self.queue.is_empty() => {
+                self.record(now, LinkEventKind::Enqueued, item.id, item.size);
+                self.serialize(now, item);
             }
             _ => {
                 let full = match self.config.queue {
@@ -617,10 +620,7 @@ impl<P: Clone> Link<P> {
                         Some((item, done)) if done <= now => {
                             self.put_on_wire(done, item);
                             if let Some(next) = self.pop_queue() {
-                                if let Bottleneck::Rate { bits_per_second, current, carry } = &mut self.bottleneck {
-                                    let finish = done + serialization_time(next.size, *bits_per_second, carry);
-                                    *current = Some((next, finish));
-                                }
+                                self.serialize(done, next);
                             }
                         }
                         other => {

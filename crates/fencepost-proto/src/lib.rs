@@ -37,12 +37,12 @@ pub use protection::{PacketProtection, ProtectionConfig, ProtectionError, Protec
 pub use redundancy::{Redundancy, RedundancyConfig, RedundancyFactory};
 pub use send_buffer::ByteSource;
 pub use rtt::RttEstimator;
+pub use stats::ConnectionStats;
+pub use time::{Duration, Instant};
+pub use trace::{LossTrigger, TraceEvent};
 
 /// Bytes a queue keeps allocated for `T`s beyond the `len` it holds: what its
 /// `shrink_to_fit` would give back (see `Connection::retained_bytes`).
 pub(crate) fn unused_room<T>(capacity: usize, len: usize) -> usize {
     (capacity - len) * std::mem::size_of::<T>()
 }
-pub use stats::ConnectionStats;
-pub use time::{Duration, Instant};
-pub use trace::{LossTrigger, TraceEvent};
