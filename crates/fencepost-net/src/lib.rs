@@ -120,7 +120,8 @@ pub enum DriverPlacement {
     /// did better, 2026-11-27.) The application's tasks share that runtime
     /// with the driver: a task that runs long without reaching an `.await` that waits
     /// (copying megabytes into a send buffer, hashing) delays every connection's acks and
-    /// timers while it runs, which a peer can see as loss.
+    /// timers while it runs, which a peer can see as loss. The driver, for its part, lets
+    /// the other tasks run after each of its turns, busy or not.
     Task,
 }
 
