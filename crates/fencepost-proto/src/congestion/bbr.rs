@@ -850,7 +850,12 @@ impl Bbr {
     /// queued for each flow: twenty flows of 5 Mbit/s through 5 MB at 100 Mbit/s x 20 ms,
     /// mean RTT 51 -> 62 ms. Sixteen packets gave 0.99 and 0.98, and 72 ms there (`docs/congestion.md`).
     fn competing_window(&self) -> u64 {
-        self.inflight(self.cwnd_gain) + 3 * self.send_quantum() + COMPETING_ALLOWANCE * self.mss
+        self.v1_window() + COMPETING_ALLOWANCE * self.mss
+    }
+
+    /// BBR v1's window: two bandwidth-delay products and three send quanta.
+    fn v1_window(&self) -> u64 {
+        self.inflight(self.cwnd_gain) + 3 * self.send_quantum()
     }
 
     /// `tolerant`: what the window allows beyond the bandwidth-delay product outside
@@ -1084,7 +1089,7 @@ impl Bbr {
                 base + self.queue_allowance()
             }
             Some(_) if self.bw > 0.0 && self.tolerant() && self.mode == Mode::ProbeBw => self.competing_window(),
-            Some(_) if self.bw > 0.0 => self.inflight(self.cwnd_gain) + 3 * self.send_quantum(),
+            Some(_) if self.bw > 0.0 => self.v1_window(),
             _ => self.initial_cwnd,
         }
         .max(self.min_pipe_cwnd());
