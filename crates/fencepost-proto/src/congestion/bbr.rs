@@ -1740,4 +1740,54 @@ mod tests {
         }
         assert!(passing.cc.bandwidth() >= 0.9 * before, "{} of {before} kept", passing.cc.bandwidth());
     }
+
+    #[test]
+    fn a_buffer_held_full_makes_loss_congestion_whatever_p_hat_says() {
+        // 10 MB/s over 40 ms with 10 % of every round lost, then rounds whose RTT stands
+        // `queued_ms` above the propagation delay (the queueing target is 10 ms).
+        let run = |queued_ms: u64| {
+            let mut f = Fluid::new(BbrConfig::tolerant());
+            for _ in 0..40 {
+                f.round(10e6, 0.1, 40);
+            }
+            assert_eq!(f.cc.mode(), Mode::ProbeBw);
+            assert!((f.cc.random_loss() - 0.1).abs() < 0.03, "p̂ {}", f.cc.random_loss());
+            let before = f.cc.bandwidth();
+            for _ in 0..6 {
+                f.round(10e6, 0.1, 40 + queued_ms);
+            }
+            f.cc.bandwidth() / before
+        };
+        // No queue: the loss is the path's own, as `p̂` says.
+        assert!(run(0) > 0.95, "no queue: {:.2} of the estimate kept", run(0));
+        // A buffer of 4 ms held full: its loss is its overflow, and the flow cuts.
+        assert!(run(4) < 0.8, "4 ms held full: {:.2} of the estimate kept", run(4));
+        // A queue past the target is left to the standing-queue rule, which tests the loss
+        // against `p̂`: no cut for loss the path always had.
+        assert!(run(15) > 0.95, "15 ms: {:.2} of the estimate kept", run(15));
+    }
+
+    #[test]
+    fn after_an_overflow_cut_the_flight_grows_by_two_packets_a_round() {
+        let mut f = Fluid::new(BbrConfig::tolerant());
+        for _ in 0..40 {
+            f.round(10e6, 0.1, 40);
+        }
+        for _ in 0..6 {
+            f.round(10e6, 0.1, 44);
+        }
+        assert!(f.cc.overflow_cut && f.cc.waiting_after_cut());
+        let cut = f.cc.bandwidth();
+        // The link has room again: what the flow sends is what it gets.
+        let mut growth = Vec::new();
+        for _ in 0..8 {
+            let paced = f.cc.pacing_rate() as f64;
+            f.round(100e6, 0.0, 40);
+            if f.cc.pacing_gain == 1.0 && f.cc.waiting_after_cut() {
+                growth.push((f.cc.pacing_rate() as f64 - paced) * 0.04 / MSS as f64);
+            }
+        }
+        assert!(f.cc.bandwidth() > cut, "the estimate grew back from {cut}");
+        assert!(!growth.is_empty() && growth.iter().all(|&g| (1.0..=3.5).contains(&g)), "packets added a round: {growth:.2?}");
+    }
 }
