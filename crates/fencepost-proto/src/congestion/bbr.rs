@@ -729,7 +729,9 @@ impl Bbr {
     /// `p̂` is no guide there: every flow's had learned the overflow (0.13 to 0.41 on a path
     /// that loses nothing), and a test against it cut the flows that had learned least. The
     /// rule reads the queue, which every flow through the buffer sees alike. A lone flow with
-    /// random loss drains its queue in its 0.75 phase, so the rule leaves it alone.
+    /// random loss through a buffer it does not fill keeps a queue below the peak its probes
+    /// set, so the rule leaves it alone; one whose allowance alone overfills the buffer cuts
+    /// on that overflow, as it should (10 kB at 100 Mbit/s x 40 ms: 89.8 -> 87.7 Mbit/s).
     fn overflowing(&self, resolved: u64) -> bool {
         self.held_full_rounds >= HELD_FULL_ROUNDS && self.round_lost as f64 > LOSS_SLACK * resolved as f64
     }
