@@ -182,10 +182,12 @@ def test_the_emulator_log_draws_throughput_and_queueing_delay(tmp_path):
 
     from fencepost import plot
 
+    # A log directory not there yet is made (it failed the run before).
+    logs = tmp_path / "logs" / "emulator"
     rows, _ = lab.lab_sweep({}, {"rate": "20mbit", "delay": "5ms", "queue": "60kB", "time": "3s"}, ["tcp:cubic"], trials=1,
-                            progress=False, log_dir=str(tmp_path))
+                            progress=False, log_dir=str(logs))
     assert rows[0]["status"] == "ok", rows[0]["error"]
-    (log,) = tmp_path.glob("*.log")
+    (log,) = logs.glob("*.log")
     marks = {line.split()[2] for line in log.read_text().splitlines() if not line.startswith("#")}
     assert {"+", ">", "-"} <= marks
     fig = plot.emulator_log(log, "up", 0.1, capacity_bps=20e6)

@@ -785,6 +785,10 @@ def lab_sweep(grid: Mapping[str, Sequence[Any]], fixed: Mapping[str, Any], trans
                 merged = [FlowTransport(f.kind, tuple(fp_opts) + f.options, f.cc) if f.kind != "tcp" else f for f in flows]
                 plans.append((key, transport, condition, trial, merged, link_pairs, w, starts))
     done: dict[str, dict] = {}
+    if log_dir is not None:
+        # Made here as --out's is: a directory that was not there made the emulator fail
+        # at its first run, reported as a failed row rather than as the option's fault.
+        Path(log_dir).mkdir(parents=True, exist_ok=True)
     out_dir = Path(out) if out else None
     runs_path = None
     if out_dir is not None:
