@@ -155,3 +155,20 @@ def test_plots_draw_one_flow_of_many(tmp_path):
     lines = fig.axes[0].get_lines()
     second = df[(df["flow"] == 2) & (df["side"] == "client") & (df["name"] == "recovery:metrics_updated")]
     assert len(lines[0].get_xdata()) == len(second), "only flow 2's window"
+
+
+def test_a_lab_run_of_several_flows_prints_each_flow_and_their_share(capsys):
+    # The table's row carries the first flow's figures; a run of several flows prints each
+    # flow under it, and Jain's index, as `fencepost sim` does (it printed flow 1 alone).
+    from fencepost._lab_cli import _print_rows
+
+    row = {"transport": "fencepost", "trial": 0, "status": "ok", "goodput_bps": 8e6, "packets_sent": 100, "retransmissions": 3,
+           "rtt_mean_ms": 41.5, "jain_index": 0.9, "flow1_goodput_bps": 8e6, "flow1_retransmissions": 3, "flow1_rtt_mean_ms": 41.5,
+           "flow2_goodput_bps": 4e6, "flow2_retransmissions": 7, "flow2_rtt_mean_ms": None}
+    _print_rows([row, {**{k: v for k, v in row.items() if not k.startswith("flow") and k != "jain_index"}, "trial": 1}])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2] == "    flow 1: 8.00 Mbit/s, 3 retransmissions, RTT 41.50 ms"
+    assert lines[3] == "    flow 2: 4.00 Mbit/s, 7 retransmissions, RTT -"
+    assert lines[4] == "    Jain's fairness index over the 2 flows' goodputs: 0.900"
+    # A run of one flow is its row alone.
+    assert len(lines) == 6 and lines[5].startswith("fencepost")

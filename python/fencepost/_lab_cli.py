@@ -53,6 +53,15 @@ def _print_rows(rows: list) -> None:
         rtt = r.get("rtt_mean_ms")
         print(f"{r['transport']:<28} {r['trial']:>5} {r['status']:<7} {_mbit(r.get('goodput_bps'))} {r.get('packets_sent') or 0:>8} "
               f"{r.get('retransmissions') or 0:>7} {('%7.2f' % rtt) if rtt is not None else '      -'} {loss}  {r.get('error') or ''}")
+        if r.get("jain_index") is not None:
+            # The row's figures are the first flow's; with several, each flow and the share follow.
+            k = 1
+            while f"flow{k}_goodput_bps" in r:
+                flow_rtt = r.get(f"flow{k}_rtt_mean_ms")
+                print(f"    flow {k}: {_mbit(r[f'flow{k}_goodput_bps']).strip()} Mbit/s, {r.get(f'flow{k}_retransmissions') or 0} retransmissions, "
+                      f"RTT {('%.2f ms' % flow_rtt) if flow_rtt is not None else '-'}")
+                k += 1
+            print(f"    Jain's fairness index over the {k - 1} flows' goodputs: {r['jain_index']:.3f}")
 
 
 def _timeout(args: argparse.Namespace):
