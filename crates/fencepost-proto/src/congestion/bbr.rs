@@ -715,7 +715,7 @@ impl Bbr {
     fn congested_round(&self) -> bool {
         let resolved = self.round_acked + self.round_lost;
         resolved >= LOSS_SAMPLE_PACKETS * self.mss
-            && ((self.last_round_queue().is_some_and(|queue| queue > 0.5) && self.excess_loss(self.round_lost, resolved, 1.0)) || self.overflowing(resolved))
+            && ((self.last_round_queue().is_some_and(|queue| queue > 0.5) && self.excess_loss(self.round_lost, resolved, 1.0)) || self.overflowing())
     }
 
     /// `tolerant`: the round lost more than a point of what it sent while a buffer no deeper
@@ -732,7 +732,8 @@ impl Bbr {
     /// random loss through a buffer it does not fill keeps a queue below the peak its probes
     /// set, so the rule leaves it alone; one whose allowance alone overfills the buffer cuts
     /// on that overflow, as it should (10 kB at 100 Mbit/s x 40 ms: 89.8 -> 87.7 Mbit/s).
-    fn overflowing(&self, resolved: u64) -> bool {
+    fn overflowing(&self) -> bool {
+        let resolved = self.round_acked + self.round_lost;
         self.held_full_rounds >= HELD_FULL_ROUNDS && self.round_lost as f64 > LOSS_SLACK * resolved as f64
     }
 
@@ -1297,7 +1298,7 @@ impl Controller for Bbr {
                 self.calm_acked = 0;
                 self.calm_lost = 0;
                 if self.last_cut_round.is_none_or(|r| self.round > r + 1) {
-                    self.overflow_cut = self.overflowing(self.round_acked + self.round_lost);
+                    self.overflow_cut = self.overflowing();
                     self.last_cut_round = Some(self.round);
                     self.bw_filter.cap(CONGESTION_BETA * self.bw);
                     self.cut_delivered = batch.delivered;
