@@ -172,3 +172,20 @@ def test_a_lab_run_of_several_flows_prints_each_flow_and_their_share(capsys):
     assert lines[4] == "    Jain's fairness index over the 2 flows' goodputs: 0.900"
     # A run of one flow is its row alone.
     assert len(lines) == 6 and lines[5].startswith("fencepost")
+
+
+def test_a_lab_run_whose_emulator_ran_late_says_so(capsys):
+    # Frames milliseconds late mean the host kept the emulator from running (its spinning
+    # once got it throttled for 50 ms a second): the row says its figures are not the link's.
+    from fencepost._lab_cli import _print_rows
+    from fencepost.lab import emulator_warning
+
+    on_time = {"up": {"lateness_p99_us": 45}, "down": {"lateness_p99_us": 1000}}
+    assert emulator_warning(on_time) is None
+    late = {"up": {"lateness_p99_us": 45}, "down": {"lateness_p99_us": 24320}}
+    warning = emulator_warning(late)
+    assert warning is not None and "24.3 ms late" in warning
+    row = {"transport": "fencepost", "trial": 0, "status": "ok", "goodput_bps": 8e6, "warning": warning}
+    _print_rows([row])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2] == f"    warning: {warning}"

@@ -62,6 +62,8 @@ def _print_rows(rows: list) -> None:
                       f"RTT {('%.2f ms' % flow_rtt) if flow_rtt is not None else '-'}")
                 k += 1
             print(f"    Jain's fairness index over the {k - 1} flows' goodputs: {r['jain_index']:.3f}")
+        if r.get("warning"):
+            print(f"    warning: {r['warning']}")
 
 
 def _timeout(args: argparse.Namespace):

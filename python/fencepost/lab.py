@@ -689,9 +689,27 @@ def run_once(lab: Lab, transports: Sequence[FlowTransport], link_pairs: Sequence
                 row[f"link_{direction}_{k}"] = d[k]
         row["link_drops"] = sum(e[d]["stats"]["lost"] + e[d]["stats"]["queue_dropped"] for d in ("up", "down"))
         row["emulator"] = e
+        warning = emulator_warning(e)
+        if warning:
+            row["warning"] = warning
     row["host_udp_receive_drops"] = lab.udp_receive_drops() - host_drops_before
     row["flows"] = flows
     return row
+
+
+# Lateness (99th percentile, either direction) beyond which a run's row carries a warning:
+# a tenth of the default 10 ms delay. On time the emulator leaves frames tens of
+# microseconds late (bench/lab_fidelity.py); milliseconds mean it was kept from running.
+EMULATOR_LATE_US = 1000
+
+
+def emulator_warning(report: Mapping[str, Any]) -> Optional[str]:
+    """What a run's row should say about its emulator's account: that it ran late, or nothing."""
+    late_us = max(report[d].get("lateness_p99_us") or 0 for d in ("up", "down"))
+    if late_us <= EMULATOR_LATE_US:
+        return None
+    return (f"the emulator left frames {late_us / 1000:.1f} ms late (99th percentile): the host was too busy "
+            "to run the link on time, so these figures are not the emulated link's")
 
 
 # ---- sweeps of lab runs ----
@@ -815,6 +833,8 @@ def lab_sweep(grid: Mapping[str, Sequence[Any]], fixed: Mapping[str, Any], trans
                         # A run that could not be carried out is a failed row, shown and counted.
                         row = {"mode": "lab", "impair": impair, "topology": topology, "status": "failed", "integrity_ok": False, "error": str(exc)}
                     record = {**row, "transport": transport, **{k: _condition_text(v) for k, v in condition.items()}, "trial": trial, "key": key}
+                    if row.get("warning") and progress:
+                        print(f"\nwarning: {transport} trial {trial}: {row['warning']}", file=sys.stderr, flush=True)
                     done[key] = record
                     if runs_path is not None:
                         with open(runs_path, "a", encoding="utf-8") as f:
