@@ -201,6 +201,26 @@ def test_the_emulator_log_draws_throughput_and_queueing_delay(tmp_path):
     assert (tmp_path / "emulator.png").exists()
 
 
+def test_a_trace_starts_with_the_run_as_in_the_simulator(tmp_path):
+    # A trace's slots went by unused while the emulator waited for the run to start, so its
+    # phase was the setup's length behind the simulator's (the ATT LTE trace's first packet
+    # waited 150 ms for the slot the simulator gives it at 48 ms). This trace has a slot at
+    # 1 ms, 50 from 300 ms and one at 400 ms (its period): the run's first packet, at 0,
+    # leaves at 1 ms, as in the simulator; with that slot gone it waited for 300 ms.
+    trace = tmp_path / "late.trace"
+    trace.write_text("".join(f"{ms}\n" for ms in [1, *range(300, 350), 400]))
+    logs = tmp_path / "logs"
+    rows, _ = lab.lab_sweep({}, {"trace": str(trace), "delay": "5ms", "bytes": "20kB"}, ["fencepost"], trials=1,
+                            progress=False, log_dir=str(logs))
+    assert rows[0]["status"] == "ok", rows[0]["error"]
+    (log,) = logs.glob("*.log")
+    up = [line.split() for line in log.read_text().splitlines() if not line.startswith("#") and line.split()[1] == "up"]
+    first_id = up[0][4]
+    assert up[0][2] == "+" and up[0][0] == "0", up[0]
+    departed = next(int(e[0]) for e in up if e[2] == ">" and e[4] == first_id)
+    assert departed == 1000, f"the first packet left at {departed} µs"
+
+
 def test_two_flows_share_a_dumbbell():
     rows, _ = lab.lab_sweep({}, {"rate": "40mbit", "delay": "5ms", "queue": "100kB", "time": "6s"}, ["fencepost&tcp:cubic"],
                             trials=1, topology="dumbbell:2", progress=False)

@@ -215,9 +215,15 @@ pub fn run(spec: EmulatorSpec, stop: &AtomicBool, ready: impl FnOnce()) -> io::R
     // its flows: a trace is then in the same phase in both, whatever the setup took.
     let mut start = Instant::now();
     let mut timeline_started = false;
-    let new_side = |input: PacketSocket, config: LinkConfig, seed: u64| {
-        let mut link = Link::new(config, seed, 0);
+    // The two directions draw from separate streams, as the simulator's two channels do.
+    let link_specs = [(spec.up.clone(), spec.seed.wrapping_mul(2)), (spec.down.clone(), spec.seed.wrapping_mul(2).wrapping_add(1))];
+    let new_link = |i: usize| {
+        let (config, seed) = &link_specs[i];
+        let mut link = Link::new(config.clone(), *seed, 0);
         link.observe(spec.log.is_some());
+        link
+    };
+    let new_side = |input: PacketSocket, link: Link<Vec<u8>>| {
         Side {
             input,
             link,
@@ -230,8 +236,7 @@ pub fn run(spec: EmulatorSpec, stop: &AtomicBool, ready: impl FnOnce()) -> io::R
             read_delay: DelayHistogram::default(),
         }
     };
-    // The two directions draw from separate streams, as the simulator's two channels do.
-    let mut sides = [new_side(up_socket, spec.up.clone(), spec.seed.wrapping_mul(2)), new_side(down_socket, spec.down.clone(), spec.seed.wrapping_mul(2).wrapping_add(1))];
+    let mut sides = [new_side(up_socket, new_link(0)), new_side(down_socket, new_link(1))];
     let mut buf = vec![0u8; MAX_FRAME];
     let mut passed_unimpaired = 0u64;
     let mut oversize = 0u64;
@@ -323,8 +328,16 @@ pub fn run(spec: EmulatorSpec, stop: &AtomicBool, ready: impl FnOnce()) -> io::R
                     timeline_started = true;
                     let waited = stamp.map_or(0, |at| ((realtime_ns() - at).max(0) / 1000) as u64);
                     start = Instant::now() - Duration::from_micros(waited);
-                    for side in sides.iter_mut() {
+                    for (j, side) in sides.iter_mut().enumerate() {
                         side.link_time = 0;
+                        // While the emulator waited for the run, a trace's opportunities went by
+                        // unused (an unused one is lost), so its phase was the setup's length
+                        // behind the simulator's: the ATT LTE trace's first packet left at 150 ms,
+                        // the simulator's at 48. A link that holds nothing starts afresh, its
+                        // trace and its random draws where the simulator's start.
+                        if side.link.is_idle() {
+                            side.link = new_link(j);
+                        }
                     }
                 }
                 let now = now_us(start);
