@@ -10,9 +10,10 @@
 //!
 //! Timing: one thread, which sleeps in `ppoll` until the next frame is due or
 //! one arrives, and waits the last stretch before a deadline without sleeping,
-//! because a sleep can overshoot by tens of microseconds. How late each frame
-//! left is measured and reported, so the emulator's own error is a figure, not
-//! a guess.
+//! because a sleep can overshoot by tens of microseconds, for at most a quarter
+//! of its time (a real-time task that never sleeps is throttled by the kernel).
+//! How late each frame left is measured and reported, so the emulator's own
+//! error is a figure, not a guess.
 
 use crate::packet_socket::{PacketSocket, MAX_FRAME};
 use fencepost_link::{DelayHistogram, Link, LinkConfig, LinkEvent, LinkEventKind, LinkStats};
