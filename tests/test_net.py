@@ -145,10 +145,16 @@ def test_serve_and_send_check_hashes_and_emit_iperf_json():
         assert set(report) == {"start", "intervals", "end"}
         assert report["end"]["sum_received"]["bytes"] == 50_000_000
         assert report["end"]["fencepost"]["hashes_match"] is True
+        # The mean of every RTT sample (what the simulator reports and the lab's rows carry)
+        # beside the smoothed RTT at the end, which says only how the transfer finished.
+        fp = report["end"]["fencepost"]
+        assert fp["rtt_mean_ms"] is not None and 0 < fp["rtt_mean_ms"] < 1000, fp["rtt_mean_ms"]
+        assert fp["streams"][0]["rtt_mean_ms"] == fp["rtt_mean_ms"]
         human = subprocess.run([str(BIN / "fencepost"), "send", f"127.0.0.1:{port}", "--time", "1s", "--interval", "0.25s"],
                                capture_output=True, text=True, timeout=120)
         assert human.returncode == 0, human.stderr
         assert human.stdout.count("[  1]") >= 5 and "SHA-256 match" in human.stdout
+        assert "RTT mean " in human.stdout and "smoothed at the end" in human.stdout, human.stdout
     finally:
         server.send_signal(signal.SIGINT)
         _, err = server.communicate(timeout=10)

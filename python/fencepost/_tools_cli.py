@@ -193,7 +193,9 @@ def cmd_send(args: argparse.Namespace) -> int:
         print(f"[SUM]   0.00-{tr:<6.2f} sec {_bytes(got)}  {_units(got * 8 / max(tr, 1e-9), 'bits/sec')}          receiver  "
               f"{'all streams complete' if complete else 'NOT ALL STREAMS COMPLETE'}")
     for s in summaries:
-        print(f"[{s['stream']:3d}] packets sent {s['packets_sent']:,} (data {s['data_packets_sent']:,}), acks received {s['acks_received']:,}, smoothed RTT {s['rtt_ms']:.3f} ms")
+        mean = s.get("rtt_mean_ms")
+        print(f"[{s['stream']:3d}] packets sent {s['packets_sent']:,} (data {s['data_packets_sent']:,}), acks received {s['acks_received']:,}, "
+              f"RTT mean {f'{mean:.3f} ms' if mean is not None else '-'}, smoothed at the end {s['rtt_ms']:.3f} ms")
     return 0 if complete else 1
 
 
@@ -260,7 +262,7 @@ def iperf_shaped(host: str, port: int, started: float, nbytes, seconds, reverse:
         "incomplete_reason": next((f"stream {s['stream']}: {s['incomplete_reason']}" if len(summaries) > 1 else s["incomplete_reason"]
                                    for s in summaries if not s["complete"]), None),
         "packets_sent": sum(s["packets_sent"] for s in summaries), "data_packets_sent": sum(s["data_packets_sent"] for s in summaries),
-        "acks_received": sum(s["acks_received"] for s in summaries), "rtt_ms": first["rtt_ms"],
+        "acks_received": sum(s["acks_received"] for s in summaries), "rtt_ms": first["rtt_ms"], "rtt_mean_ms": first.get("rtt_mean_ms"),
         "connect_started_unix": min(s["connect_started_unix"] for s in summaries),
         "streams": summaries,
     }

@@ -808,6 +808,13 @@ impl Connection {
         }
     }
 
+    /// The mean of every RTT sample the connection took, if it took any.
+    pub fn rtt_mean(&self) -> Option<Duration> {
+        let st = self.shared.lock();
+        let mean_us = st.proto.connection(self.handle)?.rtt_history().mean_us()?;
+        Some(Duration::from_micros(mean_us.round() as u64))
+    }
+
     fn lost(&self, error: ConnectionError) -> NetError {
         NetError::ConnectionLost { addr: self.remote, error }
     }

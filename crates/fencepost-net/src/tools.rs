@@ -510,7 +510,11 @@ pub struct SendSummary {
     pub redundant_packets_sent: u64,
     pub retransmission_timeouts: u64,
     pub acks_received: u64,
+    /// The smoothed RTT at the end.
     pub rtt_ms: f64,
+    /// The mean of every RTT sample (the simulator's `rtt_mean_ms`): the smoothed RTT at the
+    /// end says what the path was as the transfer finished, after other flows may have gone.
+    pub rtt_mean_ms: Option<f64>,
     /// When `send` began connecting, in seconds since the Unix epoch.
     pub connect_started_unix: f64,
 }
@@ -674,6 +678,7 @@ pub async fn send_stream(
         retransmission_timeouts: stats.retransmission_timeouts,
         acks_received: stats.acks_received,
         rtt_ms: srtt.as_secs_f64() * 1e3,
+        rtt_mean_ms: conn.rtt_mean().map(|d| d.as_secs_f64() * 1e3),
         connect_started_unix,
     })
 }

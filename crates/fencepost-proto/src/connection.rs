@@ -796,7 +796,8 @@ impl Connection {
     pub fn rtt_samples(&self) -> &[u32] {
         self.rtt_history.samples()
     }
-    /// Every sample taken, its count and mean (whether kept or not).
+    /// Every sample taken, its count and mean (whether kept or not, and whether
+    /// `record_rtt_samples` is on or not).
     pub fn rtt_history(&self) -> &RttHistory {
         &self.rtt_history
     }
@@ -1740,8 +1741,11 @@ impl Connection {
         let sample = if raw >= ack_delay + self.rtt.min().total_micros().min(raw) { raw - ack_delay } else { raw };
         let sample = sample.max(1);
         self.rtt.update(Duration::from_micros(sample));
+        let sample_us = sample.min(u32::MAX as u64) as u32;
         if self.config.record_rtt_samples {
-            self.rtt_history.push(sample.min(u32::MAX as u64) as u32);
+            self.rtt_history.push(sample_us);
+        } else {
+            self.rtt_history.count_only(sample_us);
         }
     }
 

@@ -115,6 +115,12 @@ impl RttHistory {
                 self.stride = stride * 2;
             }
         }
+        self.count_only(sample_us);
+    }
+
+    /// Counts a sample into the count and the mean without keeping it: a connection that
+    /// does not record its samples still reports their mean.
+    pub fn count_only(&mut self, sample_us: u32) {
         self.count += 1;
         self.sum_us = self.sum_us.saturating_add(sample_us as u64);
     }
@@ -137,6 +143,18 @@ impl RttHistory {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A connection that does not keep its samples still counts them into the mean.
+    #[test]
+    fn counted_samples_make_the_mean_without_being_kept() {
+        let mut h = RttHistory::default();
+        h.count_only(40_000);
+        h.count_only(60_000);
+        h.push(80_000);
+        assert_eq!(h.count(), 3);
+        assert_eq!(h.mean_us(), Some(60_000.0));
+        assert_eq!(h.samples(), &[80_000]);
+    }
 
     #[test]
     fn the_history_stays_bounded_and_evenly_spread() {
