@@ -117,6 +117,7 @@ struct Side {
 /// time it spins.
 struct SpinBudget {
     left_us: f64,
+    began: Instant,
     last: Instant,
     /// The pass that last asked spun (its time is charged at the next ask).
     spinning: bool,
@@ -125,7 +126,13 @@ struct SpinBudget {
 
 impl SpinBudget {
     fn new(now: Instant) -> SpinBudget {
-        SpinBudget { left_us: SPIN_SAVINGS_US, last: now, spinning: false, spun_us: 0.0 }
+        SpinBudget { left_us: SPIN_SAVINGS_US, began: now, last: now, spinning: false, spun_us: 0.0 }
+    }
+
+    /// The share of the time since the budget began spent spinning, the last pass charged.
+    fn share_spun(&mut self, now: Instant) -> f64 {
+        self.may_spin(now, false);
+        self.spun_us / (now.saturating_duration_since(self.began).as_secs_f64() * 1e6).max(1.0)
     }
 
     /// Whether the pass starting at `now`, which would wait without sleeping if it may
@@ -242,8 +249,7 @@ pub fn run(spec: EmulatorSpec, stop: &AtomicBool, ready: impl FnOnce()) -> io::R
     let mut passed_unimpaired = 0u64;
     let mut oversize = 0u64;
     let now_us = |start: Instant| start.elapsed().as_micros() as u64;
-    let began = Instant::now();
-    let mut spin = SpinBudget::new(began);
+    let mut spin = SpinBudget::new(Instant::now());
 
     while !stop.load(Ordering::Relaxed) {
         // Hand on everything due; a frame read from side i leaves through the other side's socket.
@@ -355,8 +361,7 @@ pub fn run(spec: EmulatorSpec, stop: &AtomicBool, ready: impl FnOnce()) -> io::R
     }
 
     let elapsed = now_us(start);
-    spin.may_spin(Instant::now(), false);
-    let spin_share = spin.spun_us / (began.elapsed().as_secs_f64() * 1e6).max(1.0);
+    let spin_share = spin.share_spun(Instant::now());
     for side in sides.iter_mut() {
         side.kernel_drops += side.input.kernel_drops();
     }
