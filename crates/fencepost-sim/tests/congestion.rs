@@ -241,6 +241,24 @@ fn tolerant_keeps_its_rate_through_heavy_random_loss_and_a_little_jitter() {
     }
 }
 
+/// 30 % loss each way on a path whose delay varies enough to reorder packets: losses are
+/// then found by the time threshold, up to two round trips after they were sent, and until
+/// then they count in flight. Without room in the window for them the window ran out before
+/// the path was full and the rate sank: 51.5 Mbit/s on one seed of four with 1 ms of
+/// normally distributed jitter, 41.2 on one with 2 ms spread evenly (71.6-84.3 on the others).
+#[test]
+fn tolerant_keeps_its_rate_at_heavy_loss_where_losses_are_found_late() {
+    for (jitter, shape) in [("1ms", "normal"), ("2ms", "uniform")] {
+        for seed in ["1", "2", "3", "4"] {
+            let options = [("cc", "tolerant"), ("rate", "100mbit"), ("delay", "20ms"), ("jitter", jitter), ("jitter-dist", shape), ("loss", "30%"), ("bytes", "60MB"), ("seed", seed)];
+            let report = run(Scenario::from_options(options).unwrap());
+            assert!(report.integrity_ok && report.status == "ok", "{jitter} {shape} seed {seed}: {:?}", report.error);
+            let mbps = report.goodput_bps / 1e6;
+            assert!(mbps >= 65.0, "{jitter} {shape} seed {seed}: {mbps:.1} Mbit/s");
+        }
+    }
+}
+
 fn dumbbell(ccs: [&str; 2], starts: [&str; 2]) -> fencepost_sim::RunReport {
     dumbbell_at(ccs, starts, "100mbit")
 }
