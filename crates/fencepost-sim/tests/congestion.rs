@@ -241,20 +241,21 @@ fn tolerant_keeps_its_rate_through_heavy_random_loss_and_a_little_jitter() {
     }
 }
 
-/// 30 % loss each way on a path whose delay varies enough to reorder packets: losses are
+/// Heavy loss each way on a path whose delay varies enough to reorder packets: losses are
 /// then found by the time threshold, up to two round trips after they were sent, and until
 /// then they count in flight. Without room in the window for them the window ran out before
-/// the path was full and the rate sank: 51.5 Mbit/s on one seed of four with 1 ms of
-/// normally distributed jitter, 41.2 on one with 2 ms spread evenly (71.6-84.3 on the others).
+/// the path was full and the rate sank: at 30 % loss, 51.5 Mbit/s on one seed of four with
+/// 1 ms of normally distributed jitter, 41.2 on one with 2 ms spread evenly (71.6-84.3 on
+/// the others); at 60 % with 5 ms spread evenly, 1.9-14.3 Mbit/s on all four (44.9-59.1 now).
 #[test]
 fn tolerant_keeps_its_rate_at_heavy_loss_where_losses_are_found_late() {
-    for (jitter, shape) in [("1ms", "normal"), ("2ms", "uniform")] {
+    for (jitter, shape, loss, bytes, floor) in [("1ms", "normal", "30%", "60MB", 65.0), ("2ms", "uniform", "30%", "60MB", 65.0), ("5ms", "uniform", "60%", "40MB", 35.0)] {
         for seed in ["1", "2", "3", "4"] {
-            let options = [("cc", "tolerant"), ("rate", "100mbit"), ("delay", "20ms"), ("jitter", jitter), ("jitter-dist", shape), ("loss", "30%"), ("bytes", "60MB"), ("seed", seed)];
+            let options = [("cc", "tolerant"), ("rate", "100mbit"), ("delay", "20ms"), ("jitter", jitter), ("jitter-dist", shape), ("loss", loss), ("bytes", bytes), ("seed", seed)];
             let report = run(Scenario::from_options(options).unwrap());
-            assert!(report.integrity_ok && report.status == "ok", "{jitter} {shape} seed {seed}: {:?}", report.error);
+            assert!(report.integrity_ok && report.status == "ok", "{jitter} {shape} {loss} seed {seed}: {:?}", report.error);
             let mbps = report.goodput_bps / 1e6;
-            assert!(mbps >= 65.0, "{jitter} {shape} seed {seed}: {mbps:.1} Mbit/s");
+            assert!(mbps >= floor, "{jitter} {shape} {loss} seed {seed}: {mbps:.1} Mbit/s");
         }
     }
 }
