@@ -953,7 +953,7 @@ impl Bbr {
     /// is packets already gone. Without room for them the window ran out before the path was
     /// full, each round delivered less than the one before, and the estimate followed it
     /// down: at 30 % loss on 100 Mbit/s × 40 ms, with 1 ms of normally distributed jitter
-    /// each way 54 Mbit/s (mean of four seeds; 85 with the room), with 5 ms 16 (45), with
+    /// each way 54 Mbit/s (geometric mean of four seeds; 85 with the room), with 5 ms 16 (45), with
     /// 2 ms spread evenly 71 (88). Scaled as the loss correction is by what the queue says
     /// (see `correction_trust`), and none while a buffer is held full: where `p̂` has learned
     /// a buffer's overflow rather than the path's loss, room for it feeds the overflow.
