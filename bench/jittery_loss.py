@@ -49,17 +49,13 @@ def main() -> int:
     args, ccs, seeds = sim_cases.parse(__doc__, time="15s", seeds="1,2,3,4")
     rows = sim_cases.run(one, CASES, ccs, seeds, args)
     print(f"simulated, 100 Mbit/s, 20 ms each way, loss each way, {args.time} per run, seeds {args.seeds}; goodput summed over a case's flows")
-    print(f"{'case':40s} {'cc':9s} {'goodput per seed, Mbit/s':>28s} {'mean':>7s} {'RTT ms':>7s}  failed")
-    failed = 0
-    for label, cc, ok, bad, error in sim_cases.grouped(rows, CASES, ccs):
-        failed += bad
-        if not ok:
-            print(f"{label:40s} {cc:9s} {'-':>28s} {'-':>7s} {'-':>7s}  {bad} ({error[:60]})")
-            continue
+
+    def cells(ok: list) -> list:
         each = " ".join(f"{r['goodput_mbps']:.1f}" for r in ok)
         mean = statistics.mean(r["goodput_mbps"] for r in ok)
-        rtt = statistics.mean(r["rtt_mean_ms"] for r in ok)
-        print(f"{label:40s} {cc:9s} {each:>28s} {mean:7.1f} {rtt:7.1f}  {bad}")
+        return [each, f"{mean:.1f}", f"{statistics.mean(r['rtt_mean_ms'] for r in ok):.1f}"]
+
+    failed = sim_cases.print_table(rows, CASES, ccs, 40, [("goodput per seed, Mbit/s", 28), ("mean", 7), ("RTT ms", 7)], cells)
     sim_cases.write_json(rows, args.json)
     if args.json:
         print(f"every run: {args.json}")

@@ -38,17 +38,12 @@ def main() -> int:
     args, ccs, seeds = sim_cases.parse(__doc__, time="20s", seeds="1,2")
     rows = sim_cases.run(one, CASES, ccs, seeds, args)
     print(f"simulated, one flow, {args.time} per run, seeds {args.seeds}, a 20 MB queue; goodput at the receiver")
-    print(f"{'case':32s} {'cc':9s} {'goodput Mbit/s (median, min-max)':>34s} {'timeouts':>9s}  failed")
-    failed = 0
-    for label, cc, ok, bad, error in sim_cases.grouped(rows, CASES, ccs):
-        failed += bad
-        if not ok:
-            print(f"{label:32s} {cc:9s} {'-':>34s} {'-':>9s}  {bad} ({error[:60]})")
-            continue
-        rates = [r["goodput_mbps"] for r in ok]
-        spread = sim_cases.spread(rates, 1)
+
+    def cells(ok: list) -> list:
         timeouts = "/".join(str(r["retransmission_timeouts"]) for r in ok)
-        print(f"{label:32s} {cc:9s} {spread:>34s} {timeouts:>9s}  {bad}")
+        return [sim_cases.spread([r["goodput_mbps"] for r in ok], 1), timeouts]
+
+    failed = sim_cases.print_table(rows, CASES, ccs, 32, [("goodput Mbit/s (median, min-max)", 34), ("timeouts", 9)], cells)
     sim_cases.write_json(rows, args.json)
     print(f"failed runs: {failed} of {len(rows)}")
     return 1 if failed else 0

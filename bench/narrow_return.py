@@ -62,19 +62,14 @@ def main() -> int:
     args, ccs, seeds = sim_cases.parse(__doc__, time="600s", seeds="1,2", switches=[("--grid", f"also run {len(GRID)} paths, one seed")])
     rows = sim_cases.run(one, CASES, ccs, seeds, args)
     print(f"simulated, one flow, seeds {args.seeds}, at most {args.time} each; goodput at the receiver")
-    print(f"{'case':36s} {'cc':9s} {'Mbit/s (median, min-max)':>26s} {'acks':>7s} {'trials/kept':>12s}  failed")
-    failed = 0
-    for label, cc, ok, bad, error in sim_cases.grouped(rows, CASES, ccs):
-        failed += bad
-        if not ok:
-            print(f"{label:36s} {cc:9s} {'-':>26s} {'-':>7s} {'-':>12s}  {bad} ({error[:60]})")
-            continue
-        rates = [r["mbit_per_s"] for r in ok]
-        spread = sim_cases.spread(rates, 2)
+
+    def cells(ok: list) -> list:
         acks = statistics.median(r["acks"] for r in ok)
         trials = "/".join(f"{r['trials']}:{r['kept']}" for r in ok)
-        note = f" ({error[:60]})" if bad else ""
-        print(f"{label:36s} {cc:9s} {spread:>26s} {acks:7.0f} {trials:>12s}  {bad}{note}")
+        return [sim_cases.spread([r["mbit_per_s"] for r in ok], 2), f"{acks:.0f}", trials]
+
+    columns = [("Mbit/s (median, min-max)", 26), ("acks", 7), ("trials/kept", 12)]
+    failed = sim_cases.print_table(rows, CASES, ccs, 36, columns, cells, note_partial=True)
     if args.grid:
         grid_rows = sim_cases.run(one, GRID, ccs, seeds[:1], args)
         rows += grid_rows

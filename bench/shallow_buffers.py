@@ -49,17 +49,13 @@ def main() -> int:
     args, ccs, seeds = sim_cases.parse(__doc__, time="30s", seeds="1")
     rows = sim_cases.run(one, CASES, ccs, seeds, args)
     print(f"simulated, 20 ms each way, {args.time} per run, seeds {args.seeds}; retransmitted = share of data packets sent again")
-    print(f"{'case':44s} {'cc':9s} {'aggregate Mbit/s':>17s} {'Jain':>6s} {'retransmitted':>14s}  failed")
-    failed = 0
-    for label, cc, ok, bad, error in sim_cases.grouped(rows, CASES, ccs):
-        failed += bad
-        if not ok:
-            print(f"{label:44s} {cc:9s} {'-':>17s} {'-':>6s} {'-':>14s}  {bad} ({error[:60]})")
-            continue
+
+    def cells(ok: list) -> list:
         agg = " ".join(f"{r['aggregate_mbps']:.1f}" for r in ok)
         jain = " ".join(f"{r['jain']:.2f}" for r in ok)
-        share = " ".join(f"{100 * r['retransmitted_share']:.1f}%" for r in ok)
-        print(f"{label:44s} {cc:9s} {agg:>17s} {jain:>6s} {share:>14s}  {bad}")
+        return [agg, jain, " ".join(f"{100 * r['retransmitted_share']:.1f}%" for r in ok)]
+
+    failed = sim_cases.print_table(rows, CASES, ccs, 44, [("aggregate Mbit/s", 17), ("Jain", 6), ("retransmitted", 14)], cells)
     sim_cases.write_json(rows, args.json)
     if args.json:
         print(f"every run: {args.json}")

@@ -65,6 +65,26 @@ def grouped(rows: list, cases: list, ccs: list):
             yield label, cc, ok, len(runs) - len(ok), error
 
 
+def print_table(rows: list, cases: list, ccs: list, case_width: int, columns: list, cells, note_partial: bool = False) -> int:
+    """One line per case and controller: the header, then `cells(ok)` (one string per column of
+    `columns`, (title, width) pairs) for the runs that completed, or dashes and the first error
+    when none did, and the count of failed runs last (with that error too if `note_partial`).
+    Returns how many runs failed."""
+    heads = " ".join(f"{title:>{width}s}" for title, width in columns)
+    print(f"{'case':{case_width}s} {'cc':9s} {heads}  failed")
+    failed = 0
+    for label, cc, ok, bad, error in grouped(rows, cases, ccs):
+        failed += bad
+        if not ok:
+            dashes = " ".join(f"{'-':>{width}s}" for _, width in columns)
+            print(f"{label:{case_width}s} {cc:9s} {dashes}  {bad} ({error[:60]})")
+            continue
+        values = " ".join(f"{value:>{width}s}" for value, (_, width) in zip(cells(ok), columns))
+        note = f" ({error[:60]})" if note_partial and bad else ""
+        print(f"{label:{case_width}s} {cc:9s} {values}  {bad}{note}")
+    return failed
+
+
 def spread(values: list, digits: int) -> str:
     """The median with the range beside it: "median (min-max)", to `digits` decimals."""
     return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"

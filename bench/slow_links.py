@@ -43,19 +43,14 @@ def main() -> int:
     args, ccs, seeds = sim_cases.parse(__doc__, time="600s", seeds="1,2,3")
     rows = sim_cases.run(one, CASES, ccs, seeds, args)
     print(f"simulated, one flow, seeds {args.seeds}, at most {args.time} each; time to deliver every byte")
-    print(f"{'case':34s} {'cc':9s} {'seconds (median, min-max)':>27s} {'resent':>9s} {'timeouts':>9s}  failed")
-    failed = 0
-    for label, cc, ok, bad, error in sim_cases.grouped(rows, CASES, ccs):
-        failed += bad
-        if not ok:
-            print(f"{label:34s} {cc:9s} {'-':>27s} {'-':>9s} {'-':>9s}  {bad} ({error[:60]})")
-            continue
-        took = [r["seconds"] for r in ok]
-        spread = sim_cases.spread(took, 1)
+
+    def cells(ok: list) -> list:
         resent = "/".join(str(r["retransmissions"]) for r in ok)
         timeouts = "/".join(str(r["retransmission_timeouts"]) for r in ok)
-        note = f" ({error[:60]})" if bad else ""
-        print(f"{label:34s} {cc:9s} {spread:>27s} {resent:>9s} {timeouts:>9s}  {bad}{note}")
+        return [sim_cases.spread([r["seconds"] for r in ok], 1), resent, timeouts]
+
+    columns = [("seconds (median, min-max)", 27), ("resent", 9), ("timeouts", 9)]
+    failed = sim_cases.print_table(rows, CASES, ccs, 34, columns, cells, note_partial=True)
     sim_cases.write_json(rows, args.json)
     print(f"failed runs: {failed} of {len(rows)}")
     return 1 if failed else 0
