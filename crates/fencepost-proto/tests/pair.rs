@@ -894,6 +894,41 @@ fn a_quiet_receiver_with_bytes_unread_keeps_its_buffers_and_is_not_woken_again()
     assert_eq!(Pair::read_all(p.server()).0.len(), unread);
 }
 
+/// The timer is set while packets come without asking what would come back, so it fires
+/// for a receiver whose buffers all hold unread bytes (nothing spare). It must then give
+/// nothing back, not be set again at once, and still give back the buffers a later read
+/// empties. (A read sets no timer: the next packet either way does, a keepalive at the
+/// latest.)
+#[test]
+fn a_receiver_that_reads_after_going_quiet_gives_back_what_the_read_emptied() {
+    let mut p = bulk_pair();
+    let total = 300_000;
+    let data = vec![9u8; total];
+    let (mut written, mut t) = (0, 20);
+    while written < total || p.client.bytes_in_flight() > 0 || p.client.has_unsent_data() {
+        if written < total {
+            written += p.client.write(&data[written..]).unwrap();
+        }
+        t += 1;
+        assert!(t < 60_000, "the transfer did not finish");
+        p.run_until(at(t));
+    }
+    let held = p.server().retained_bytes();
+    assert!(held < 64 * 1024, "nothing read yet, so little is spare ({held} bytes)");
+    // The timer fires a second after the last packet and finds too little to give back ...
+    p.run_until(at(t + 1_300));
+    assert_eq!(p.server().take_given_back(), 0);
+    let next = p.server().poll_timeout();
+    assert!(next.is_none_or(|n| n >= at(t + 3_000)), "the quiet receiver's next timer is at {next:?}");
+    // ... and the buffers the read empties go a second after the next packet.
+    let (read, _) = Pair::read_all(p.server());
+    assert_eq!(read.len(), total);
+    let keepalive = p.server().config().keepalive_interval.expect("the profile sends keepalives").total_micros() / 1_000;
+    p.run_until(at(t + 1_300 + keepalive + 1_300));
+    assert!(p.server().retained_bytes() < 4096, "{} bytes kept after the read", p.server().retained_bytes());
+    assert!(p.server().take_given_back() >= 64 * 1024, "the emptied buffers are counted as given back");
+}
+
 /// What a FEC sender keeps to make repairs from, and what its receiver keeps to rebuild
 /// with, go with the buffers once the connection is quiet. The repairs after the pause
 /// cover only what is sent from then on, and still rebuild a lost packet.
