@@ -459,6 +459,12 @@ fn a_path_that_gets_much_longer_is_measured_again_within_a_few_round_trips() {
 /// shrank with the estimate, and the rate fell to 2.5 Mbit/s of 20 until the minimum
 /// expired 10 s later (50 MB: 30.6 and 38.5 s, where an unchanged path takes 21). The
 /// minimum is now measured again once the estimate starts to fall behind such a rise.
+/// The bound on time is 1.12x the unchanged path's: 50 ms took 23.4 s (1.095x) before
+/// ProbeRTT drained to half a product at the last round's delivery rate, and 23.6 s
+/// (1.10x) since (the window-bound round before it delivered half the estimate, so its
+/// 200 ms carry less): the price of taking a fade's queue out of the minimum on a
+/// cellular trace (the ATT LTE uplink's mean RTT 1077 -> 604 ms; `docs/congestion.md`,
+/// point 9).
 #[test]
 fn a_path_a_little_longer_does_not_starve_tolerant_until_the_minimum_expires() {
     let take = |event: Option<&str>| {
@@ -472,7 +478,7 @@ fn a_path_a_little_longer_does_not_starve_tolerant_until_the_minimum_expires() {
     for event in ["3s:delay:30ms", "3s:delay:50ms"] {
         let report = take(Some(event));
         let flow = &report.flows[0];
-        assert!(flow.duration_s < 1.1 * unchanged, "{event}: {:.1} s, {unchanged:.1} s unchanged", flow.duration_s);
+        assert!(flow.duration_s < 1.12 * unchanged, "{event}: {:.1} s, {unchanged:.1} s unchanged", flow.duration_s);
         let slowest = flow.goodput_series_bps[1..flow.goodput_series_bps.len() - 1].iter().copied().fold(f64::MAX, f64::min);
         assert!(slowest > 8e6, "{event}: {:.1} Mbit/s in the slowest 2 s", slowest / 1e6);
     }

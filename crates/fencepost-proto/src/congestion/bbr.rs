@@ -307,6 +307,14 @@ pub struct Bbr {
     recent_rtt: VecDeque<(Instant, Duration)>,
     probe_rtt_done: Option<Instant>,
     probe_rtt_round_done: bool,
+    /// `tolerant`: the bandwidth ProbeRTT's window is sized by, fixed as ProbeRTT begins
+    /// (see `probe_rtt_cwnd`); `None` outside ProbeRTT, or where it is the estimate's.
+    probe_rtt_bw: Option<f64>,
+    /// `tolerant`: the largest delivery-rate sample (loss-corrected) of the round in
+    /// progress and of the last complete one: what the path delivers now, where the
+    /// estimate is the largest of ten rounds.
+    round_best_sample: f64,
+    last_round_best_sample: f64,
     /// Round trips counted by delivery: a round ends when a packet sent after it began is acknowledged.
     round: u64,
     next_round_delivered: u64,
@@ -430,6 +438,9 @@ impl Bbr {
             recent_rtt: VecDeque::new(),
             probe_rtt_done: None,
             probe_rtt_round_done: false,
+            probe_rtt_bw: None,
+            round_best_sample: 0.0,
+            last_round_best_sample: 0.0,
             round: 0,
             next_round_delivered: 0,
             round_start: false,
@@ -599,6 +610,15 @@ impl Bbr {
     /// 1.53 now). Not while `p̂` is above [`PROBE_RTT_DEEP_LOSS`]: there the smaller window
     /// starves loss detection as four packets do (10 kbit/s over 600 ms at 20 % loss:
     /// 26 packets resent to deliver 35).
+    ///
+    /// The bandwidth is what the path delivered in the last round, when that is less than
+    /// the estimate (`probe_rtt_bw`; below [`PROBE_RTT_DEEP_LOSS`] too). The estimate is the
+    /// largest of ten rounds: on a link whose rate has just fallen (a cellular fade) it
+    /// still holds the rate from before, and half a product of that, queued at the rate the
+    /// link has now, took seconds to cross. The minimum ProbeRTT measured then carried that
+    /// queue, and every window after it was sized by it: on the ATT LTE uplink trace
+    /// (20 ms each way, 20 s) the minimum went from 41 to 272 ms, and the mean RTT was
+    /// 1077 ms (604 now; `bbr`, whose four packets drain any queue, 286).
     fn probe_rtt_cwnd(&self) -> u64 {
         if !self.tolerant() {
             return self.min_pipe_cwnd();
@@ -607,7 +627,10 @@ impl Bbr {
             (Some(taken), Some(expired)) if expired < taken && self.random_loss <= PROBE_RTT_DEEP_LOSS => Some(expired),
             (taken, _) => taken,
         };
-        self.inflight_over(PROBE_RTT_CWND_GAIN, sized_by).max(self.min_pipe_cwnd())
+        match (self.probe_rtt_bw, sized_by) {
+            (Some(bw), Some(min_rtt)) => ((PROBE_RTT_CWND_GAIN * bw * self.round_trip(min_rtt)) as u64).max(self.min_pipe_cwnd()),
+            _ => self.inflight_over(PROBE_RTT_CWND_GAIN, sized_by).max(self.min_pipe_cwnd()),
+        }
     }
 
     /// Remembers the window to come back to; inside recovery or ProbeRTT the window is
@@ -1131,6 +1154,9 @@ impl Bbr {
             self.pacing_gain = 1.0;
             self.cwnd_gain = 1.0;
             self.probe_rtt_done = None;
+            // Fixed now: ProbeRTT's own rounds deliver less, by design.
+            let delivering = self.last_round_best_sample.max(self.round_best_sample);
+            self.probe_rtt_bw = (self.tolerant() && delivering > 0.0 && delivering < self.bw && self.random_loss <= PROBE_RTT_DEEP_LOSS).then_some(delivering);
         }
         if self.mode != Mode::ProbeRtt {
             return;
@@ -1148,6 +1174,7 @@ impl Bbr {
                 }
                 if self.probe_rtt_round_done && now >= done {
                     self.min_rtt_stamp = now;
+                    self.probe_rtt_bw = None;
                     self.restore_cwnd();
                     if self.filled_pipe {
                         self.enter_probe_bw(now);
@@ -1283,6 +1310,7 @@ impl Controller for Bbr {
                 self.round_start = true;
                 let previous_round_min = std::mem::replace(&mut self.last_round_min_rtt, self.round_min_rtt.take());
                 self.last_round_mean_rtt = (self.round_rtt_samples > 0).then(|| self.round_rtt_total / self.round_rtt_samples);
+                self.last_round_best_sample = std::mem::take(&mut self.round_best_sample);
                 (self.round_rtt_total, self.round_rtt_samples) = (Duration::ZERO, 0);
                 self.last_round_max_rtt = self.round_max_rtt.take();
                 if let (Some(min_rtt), Some(round_max)) = (self.min_rtt, self.last_round_max_rtt) {
@@ -1366,6 +1394,7 @@ impl Controller for Bbr {
         if let Some(sample) = batch.rate_sample {
             if sample.delivery_rate > 0.0 {
                 let rate = self.bandwidth_sample(&sample);
+                self.round_best_sample = self.round_best_sample.max(rate);
                 // An application-limited sample is kept only when it shows more than the model
                 // knows; one from before a congestion cut only when it shows less.
                 let before_cut = sample.prior_delivered < self.cut_delivered;
@@ -1675,6 +1704,36 @@ mod tests {
         }
         assert_eq!(f.cc.mode(), Mode::ProbeBw);
         assert!(f.cc.window() >= window * 9 / 10, "window {} restored to about {window}", f.cc.window());
+    }
+
+    /// A link whose rate has just fallen: ProbeRTT drains to half a product at what the
+    /// path delivers now, not at the estimate, which still holds the rate from before.
+    /// Where `p̂` is deep, half a product at the estimate, as before.
+    #[test]
+    fn tolerant_probe_rtt_drains_to_what_the_path_delivers_now() {
+        let probe_rtt_window = |random_loss: f64| {
+            let mut f = Fluid::new(BbrConfig::tolerant());
+            for _ in 0..40 {
+                f.round(10e6, 0.0, 50);
+            }
+            assert_eq!(f.cc.mode(), Mode::ProbeBw);
+            // Two rounds of a fade: a tenth of the rate gets through.
+            f.round(1e6, 0.0, 50);
+            f.round(1e6, 0.0, 50);
+            assert!(f.cc.bandwidth() > 9e6, "the estimate still holds the rate from before: {}", f.cc.bandwidth());
+            f.cc.random_loss = random_loss;
+            // The minimum expires.
+            f.now += MIN_RTT_WINDOW;
+            f.round(1e6, 0.0, 50);
+            assert_eq!(f.cc.mode(), Mode::ProbeRtt);
+            f.cc.window()
+        };
+        let product_now = 1e6 * 0.05;
+        let window = probe_rtt_window(0.0) as f64;
+        assert!((window - 0.5 * product_now).abs() <= 2.0 * MSS as f64, "ProbeRTT's window {window}, half of {product_now} expected");
+        // Under deep loss the window stays half of the estimate's product, to keep loss detection fed.
+        let deep = probe_rtt_window(2.0 * PROBE_RTT_DEEP_LOSS) as f64;
+        assert!(deep >= 0.5 * 9e6 * 0.05, "under deep loss ProbeRTT's window is {deep}");
     }
 
     #[test]
