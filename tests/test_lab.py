@@ -307,3 +307,34 @@ def test_duplication_rescues_kernel_tcp_from_random_loss(tmp_path, monkeypatch):
     assert goodput[("5%", "100%")] > 3 * goodput[("5%", "0%")], goodput
     assert goodput[("0%", "100%")] < 0.7 * goodput[("0%", "0%")], goodput
     assert (tmp_path / "plots" / "lab-duplication-100us.png").exists()
+
+
+class _Ended:
+    """A lab process that has ended, with what it printed."""
+
+    def __init__(self, document=None, lines=(), errors="(nothing on stderr)"):
+        self.document, self.lines, self.errs = document, list(lines), errors
+
+    def json_document(self):
+        return self.document
+
+    def json_lines(self):
+        return list(self.lines)
+
+    def errors(self):
+        return self.errs
+
+
+def test_a_sender_that_gave_up_is_reported_with_its_reason_not_as_a_silent_server():
+    # A timed sender on a fading uplink whose flush outlasted its bound: the server was still
+    # waiting for the rest when the lab stopped it, so it printed only its endpoint counters.
+    reason = "the time bound ended the flush: after 20.0 s of writing, 10.0 s were not enough to deliver the rest"
+    client = _Ended(document={"end": {"fencepost": {"complete": False, "incomplete_reason": reason}}})
+    server = _Ended(lines=[{"endpoint": {"datagrams_received": 5627}}], errors="fencepost serve: stopped")
+    f = lab._flow_result(0, lab.FlowTransport("fencepost"), client, server, lab.Workload(seconds=20.0), 0)
+    assert f["status"] == "failed" and f["integrity_ok"] is False
+    assert f["error"].startswith("incomplete: " + reason), f["error"]
+    # A sender that did not say it gave up: the server's silence is the news.
+    done = _Ended(document={"end": {"fencepost": {"complete": True, "incomplete_reason": None}}})
+    f = lab._flow_result(0, lab.FlowTransport("fencepost"), done, server, lab.Workload(seconds=20.0), 0)
+    assert f["status"] == "failed" and f["error"].startswith("server reported no connection: fencepost serve: stopped"), f["error"]

@@ -573,7 +573,14 @@ def _flow_result(index: int, t: FlowTransport, client: Process, server: Process,
                  packets_sent=s["packets_sent"], retransmissions=s["retransmissions"], messages=s["messages"])
         return f
     if not received:
-        f.update(status="failed", error=f"server reported no connection: {server.errors()}", integrity_ok=False)
+        # A sender that gave up (its flush outlasted its bound) left the server still waiting
+        # for the rest when it was stopped, so it has no account to give: the sender's reason
+        # is the one to report.
+        fp = s.get("end", {}).get("fencepost", {}) if t.kind == "fencepost" else {}
+        if fp.get("complete") is False:
+            f.update(status="failed", error=f"incomplete: {fp.get('incomplete_reason')} (the server was still receiving when it was stopped)", integrity_ok=False)
+        else:
+            f.update(status="failed", error=f"server reported no connection: {server.errors()}", integrity_ok=False)
         return f
     r = received[-1]
     series = r.get("delivered_series", [])
