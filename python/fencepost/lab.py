@@ -578,7 +578,7 @@ def _flow_result(index: int, t: FlowTransport, client: Process, server: Process,
         # is the one to report.
         fp = s.get("end", {}).get("fencepost", {}) if t.kind == "fencepost" else {}
         if fp.get("complete") is False:
-            f.update(status="failed", error=f"incomplete: {fp.get('incomplete_reason')} (the server was still receiving when it was stopped)", integrity_ok=False)
+            f.update(status="failed", error=f"incomplete: {fp.get('incomplete_reason')} (the server had not finished the connection when it was stopped)", integrity_ok=False)
         else:
             f.update(status="failed", error=f"server reported no connection: {server.errors()}", integrity_ok=False)
         return f

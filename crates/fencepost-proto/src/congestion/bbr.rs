@@ -611,8 +611,8 @@ impl Bbr {
     /// starves loss detection as four packets do (10 kbit/s over 600 ms at 20 % loss:
     /// 26 packets resent to deliver 35).
     ///
-    /// The bandwidth is what the path delivered in the last round, when that is less than
-    /// the estimate (`probe_rtt_bw`; below [`PROBE_RTT_DEEP_LOSS`] too). The estimate is the
+    /// The bandwidth is what the path delivered in the last round (`probe_rtt_bw`) when
+    /// that is less than the estimate and `p̂` is within [`PROBE_RTT_DEEP_LOSS`]. The estimate is the
     /// largest of ten rounds: on a link whose rate has just fallen (a cellular fade) it
     /// still holds the rate from before, and half a product of that, queued at the rate the
     /// link has now, took seconds to cross. The minimum ProbeRTT measured then carried that
