@@ -2777,13 +2777,9 @@ impl Connection {
         // the events that follow (reads that hand buffers back, rare then) ask.
         if self.timers.get(Timer::Trim).is_none() && self.state == State::Established && self.send_quiet() {
             let last_packet = self.last_packet();
-            if last_packet > self.trimmed_after {
-                if last_packet > self.trim_armed_after {
-                    self.trim_armed_after = last_packet;
-                    self.timers.set(Timer::Trim, last_packet + TRIM_AFTER);
-                } else if self.retained_bytes() >= TRIM_FROM_BYTES {
-                    self.timers.set(Timer::Trim, last_packet + TRIM_AFTER);
-                }
+            if last_packet > self.trimmed_after && (last_packet > self.trim_armed_after || self.retained_bytes() >= TRIM_FROM_BYTES) {
+                self.trim_armed_after = last_packet;
+                self.timers.set(Timer::Trim, last_packet + TRIM_AFTER);
             }
         }
     }
@@ -2808,11 +2804,11 @@ impl Connection {
         }
         // Too little to be worth it (see TRIM_FROM_BYTES): the timer was set on the packets'
         // account, not on this; reads that return buffers later may still make it worth it.
-        if self.retained_bytes() < TRIM_FROM_BYTES {
+        let kept = self.retained_bytes();
+        if kept < TRIM_FROM_BYTES {
             return;
         }
         self.trimmed_after = last_packet;
-        let kept = self.retained_bytes();
         self.disassembler.shrink_to_fit();
         self.redundancy.forget_history();
         if self.assembler.buffered_bytes() == 0 {

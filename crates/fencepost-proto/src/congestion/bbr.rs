@@ -545,8 +545,13 @@ impl Bbr {
 
     /// As [`Bbr::inflight`], the product taken over `min_rtt` instead of the current minimum.
     fn inflight_over(&self, gain: f64, min_rtt: Option<Duration>) -> u64 {
+        self.inflight_at(gain, self.bw, min_rtt)
+    }
+
+    /// As [`Bbr::inflight_over`], the product taken at `bw` instead of the estimate.
+    fn inflight_at(&self, gain: f64, bw: f64, min_rtt: Option<Duration>) -> u64 {
         match min_rtt {
-            Some(min_rtt) if self.bw > 0.0 => (gain * self.bw * self.round_trip(min_rtt)) as u64,
+            Some(min_rtt) if bw > 0.0 => (gain * bw * self.round_trip(min_rtt)) as u64,
             _ => self.initial_cwnd,
         }
     }
@@ -627,10 +632,7 @@ impl Bbr {
             (Some(taken), Some(expired)) if expired < taken && self.random_loss <= PROBE_RTT_DEEP_LOSS => Some(expired),
             (taken, _) => taken,
         };
-        match (self.probe_rtt_bw, sized_by) {
-            (Some(bw), Some(min_rtt)) => ((PROBE_RTT_CWND_GAIN * bw * self.round_trip(min_rtt)) as u64).max(self.min_pipe_cwnd()),
-            _ => self.inflight_over(PROBE_RTT_CWND_GAIN, sized_by).max(self.min_pipe_cwnd()),
-        }
+        self.inflight_at(PROBE_RTT_CWND_GAIN, self.probe_rtt_bw.unwrap_or(self.bw), sized_by).max(self.min_pipe_cwnd())
     }
 
     /// Remembers the window to come back to; inside recovery or ProbeRTT the window is
