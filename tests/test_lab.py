@@ -326,9 +326,9 @@ class _Ended:
 
 
 def test_a_sender_that_gave_up_is_reported_with_its_reason_not_as_a_silent_server():
-    # A timed sender on a fading uplink whose flush outlasted its bound: the server was still
-    # waiting for the rest when the lab stopped it, so it printed only its endpoint counters.
-    reason = "the time bound ended the flush: after 20.0 s of writing, 10.0 s were not enough to deliver the rest"
+    # A timed sender on a fading uplink whose flush stalled: the server was still waiting
+    # for the rest when the lab stopped it, so it printed only its endpoint counters.
+    reason = "the flush stalled: after 20.0 s of our writing, nothing more was delivered for 10.0 s"
     client = _Ended(document={"end": {"fencepost": {"complete": False, "incomplete_reason": reason}}})
     server = _Ended(lines=[{"endpoint": {"datagrams_received": 5627}}], errors="fencepost serve: stopped")
     f = lab._flow_result(0, lab.FlowTransport("fencepost"), client, server, lab.Workload(seconds=20.0), 0)

@@ -573,7 +573,7 @@ def _flow_result(index: int, t: FlowTransport, client: Process, server: Process,
                  packets_sent=s["packets_sent"], retransmissions=s["retransmissions"], messages=s["messages"])
         return f
     if not received:
-        # A sender that gave up (its flush outlasted its bound) left the server still waiting
+        # A sender that gave up (its flush stalled or outlasted its bound) left the server still waiting
         # for the rest when it was stopped, so it has no account to give: the sender's reason
         # is the one to report.
         fp = s.get("end", {}).get("fencepost", {}) if t.kind == "fencepost" else {}

@@ -519,10 +519,81 @@ pub struct SendSummary {
     pub connect_started_unix: f64,
 }
 
-/// After a timed send's writing time ends, how long it may take to deliver what was
-/// written and get the receipt: the writing time again, at least 2 s and at most 10 s.
+/// After a timed send's writing time ends, how long delivering what was written may go
+/// without progress: the writing time again, at least 2 s and at most 10 s. A flush that
+/// keeps moving goes on past it (see [`flush_bounded`]).
 fn flush_grace(limit: Duration) -> Duration {
     limit.clamp(Duration::from_secs(2), CLOSE_WAIT)
+}
+
+/// The longest a timed send's flush may last however it moves: six graces (12-60 s).
+/// What waits at the end of writing is bounded (the send buffer and the path's queue),
+/// but on a slow or fading path it can take longer to deliver than the writing took:
+/// 20 s over the ATT LTE uplink trace with a 150 kB queue needed 29 s in all, and a
+/// bound of one grace from the end of writing cut such flows off as incomplete.
+fn flush_ceiling(limit: Duration) -> Duration {
+    flush_grace(limit) * 6
+}
+
+/// How often a flush's progress is looked at.
+const FLUSH_LOOK: Duration = Duration::from_millis(100);
+
+/// Why a timed send's flush was given up.
+enum FlushCut {
+    /// Nothing more arrived for [`flush_grace`].
+    Stalled(Duration),
+    /// It was still moving at [`flush_ceiling`].
+    Outlasted(Duration),
+}
+
+impl FlushCut {
+    /// `writer`: whose writing it was ("our", "the source's").
+    fn reason(&self, writer: &str, written_s: f64) -> String {
+        match self {
+            FlushCut::Stalled(grace) => {
+                format!("the flush stalled: after {written_s:.1} s of {writer} writing, nothing more was delivered for {:.1} s", grace.as_secs_f64())
+            }
+            FlushCut::Outlasted(ceiling) => format!(
+                "the time bound ended the flush: after {written_s:.1} s of {writer} writing, {:.1} s were not enough to deliver the rest (it was still moving)",
+                ceiling.as_secs_f64()
+            ),
+        }
+    }
+}
+
+/// Runs `work` (what delivers a timed send's stream), bounded from `writing_ends` on by
+/// progress: `delivered` (a count that grows as the stream gets through) must move at
+/// least once per [`flush_grace`], and the whole flush ends at [`flush_ceiling`]. A
+/// sender counts packets acknowledged anywhere, not the stream acknowledged without a
+/// gap: on a faded, lossy path the packets that get through may all lie beyond a hole
+/// for seconds while the hole's resend waits in the queue.
+async fn flush_bounded<T>(work: impl std::future::Future<Output = T>, writing_ends: tokio::time::Instant, limit: Duration, delivered: impl Fn() -> u64) -> Result<T, FlushCut> {
+    tokio::pin!(work);
+    tokio::select! {
+        done = &mut work => return Ok(done),
+        _ = tokio::time::sleep_until(writing_ends) => {}
+    }
+    let (grace, ceiling) = (flush_grace(limit), flush_ceiling(limit));
+    let (mut seen, mut moved_at) = (delivered(), writing_ends);
+    let mut look = tokio::time::interval_at(writing_ends + FLUSH_LOOK, FLUSH_LOOK);
+    look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            done = &mut work => return Ok(done),
+            now = look.tick() => {
+                let count = delivered();
+                if count > seen {
+                    (seen, moved_at) = (count, now);
+                }
+                if now.duration_since(moved_at) >= grace {
+                    return Err(FlushCut::Stalled(grace));
+                }
+                if now.duration_since(writing_ends) >= ceiling {
+                    return Err(FlushCut::Outlasted(ceiling));
+                }
+            }
+        }
+    }
 }
 
 /// What `send` does, beyond where to.
@@ -599,8 +670,8 @@ pub async fn send_stream(
     let io = |e: std::io::Error| NetError::Io(e);
     let session = Session { reverse: options.reverse, amount: options.amount, interval: options.interval };
     conn.write_all(&session.encode()).await.map_err(io)?;
-    let grace = match options.amount {
-        Amount::Time(limit) => Some(limit + flush_grace(limit)),
+    let limit = match options.amount {
+        Amount::Time(limit) => Some(limit),
         Amount::Bytes(_) => None,
     };
     let mut report = |conn: &Connection, start: f64, end: f64, bytes: u64, retransmissions_before: &mut u64| {
@@ -623,14 +694,15 @@ pub async fn send_stream(
     let mut received = if options.reverse {
         conn.finish();
         let receiving = receive_source(&conn, options.interval, options.verify, |start, end, bytes, c| report(c, start, end, bytes, &mut retx_seen));
-        match grace {
-            Some(g) => tokio::time::timeout(g, receiving)
+        match limit {
+            // The server writes for `limit` from about now; what has arrived is the progress.
+            Some(limit) => flush_bounded(receiving, tokio::time::Instant::from_std(started + limit), limit, || conn.stats().bytes_received)
                 .await
-                .unwrap_or_else(|_| Received { incomplete: Some(format!("the source did not finish within {:.1} s", g.as_secs_f64())), ..Received::default() }),
+                .unwrap_or_else(|cut| Received { incomplete: Some(cut.reason("the source's", limit.as_secs_f64())), ..Received::default() }),
             None => receiving.await,
         }
     } else {
-        forward(&conn, options, grace, |start, end, bytes, c| report(c, start, end, bytes, &mut retx_seen)).await
+        forward(&conn, options, |start, end, bytes, c| report(c, start, end, bytes, &mut retx_seen)).await
     };
     let duration = started.elapsed().as_secs_f64();
     let stats = conn.stats();
@@ -703,9 +775,9 @@ struct Received {
 }
 
 /// Forward: write the source while reading the sink's reports, then its receipt. A timed
-/// send is bounded as a whole: it writes until the time is up, then allows
-/// [`flush_grace`] for the rest to arrive.
-async fn forward(conn: &Connection, options: &SendOptions, grace: Option<Duration>, mut report: impl FnMut(f64, f64, u64, &Connection)) -> Received {
+/// send writes until the time is up, then waits for the rest to arrive as long as the
+/// sink's acknowledgements keep moving (see [`flush_bounded`]).
+async fn forward(conn: &Connection, options: &SendOptions, mut report: impl FnMut(f64, f64, u64, &Connection)) -> Received {
     let writing = async {
         let written = write_source(conn, options.amount, options.bitrate, options.verify).await;
         conn.finish();
@@ -754,16 +826,11 @@ async fn forward(conn: &Connection, options: &SendOptions, grace: Option<Duratio
         }
     };
     let mut out = Received { sent: written.bytes, sha256: written.sha256, sender_seconds: written.seconds, ..Received::default() };
-    let receipt = match (grace, options.amount) {
-        (Some(_), Amount::Time(limit)) => match tokio::time::timeout(flush_grace(limit), &mut reading).await {
-            Ok(r) => r,
-            Err(_) => Err(format!(
-                "the time bound ended the flush: after {:.1} s of writing, {:.1} s were not enough to deliver the rest",
-                written.seconds,
-                flush_grace(limit).as_secs_f64()
-            )),
-        },
-        _ => reading.await,
+    let receipt = match options.amount {
+        Amount::Time(limit) => flush_bounded(&mut reading, tokio::time::Instant::now(), limit, || conn.stats().packets_acknowledged)
+            .await
+            .unwrap_or_else(|cut| Err(cut.reason("our", written.seconds))),
+        Amount::Bytes(_) => reading.await,
     };
     match receipt {
         Ok((bytes, sha256, seconds)) => {

@@ -399,9 +399,74 @@ async fn a_timed_send_is_bounded_even_when_nothing_can_be_delivered() {
     // One second of writing, then at most the two-second grace to flush.
     assert!(took < Duration::from_millis(4_500), "took {took:?}");
     assert!(!summary.complete && !summary.hashes_match, "{summary:?}");
-    assert!(summary.incomplete_reason.as_deref().unwrap().starts_with("the time bound ended the flush"), "{summary:?}");
+    assert!(summary.incomplete_reason.as_deref().unwrap().starts_with("the flush stalled"), "{summary:?}");
     assert!(summary.bytes > 0 && summary.receiver_bytes <= summary.bytes, "{summary:?}");
     assert_eq!(held.lock().unwrap().len(), 1);
+}
+
+/// A timed send whose path fades as its writing time ends: for 3.5 s the path carries one
+/// packet in 250 ms, so what waits (at least half the unsent floor, 32 kB) takes longer
+/// to deliver than the two-second grace, and the flush, which keeps moving, is let
+/// finish once the path recovers. A relay carries the client's packets, its socket's
+/// receive buffer the queue (drop-tail); the fade begins 0.8 s after the first packet,
+/// before the writing ends, so that nothing is flushed at full speed first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_send_whose_flush_keeps_moving_is_let_finish() {
+    use tokio::net::UdpSocket;
+    const FADE_FROM: Duration = Duration::from_millis(800);
+    const FADE: Duration = Duration::from_millis(3_500);
+    const FADE_SPACING: Duration = Duration::from_millis(250);
+    let (server, served) = server(false, TransportConfig::default()).await;
+    let facing_client = Arc::new(UdpSocket::bind(localhost()).await.unwrap());
+    let facing_server = Arc::new(UdpSocket::bind(localhost()).await.unwrap());
+    facing_server.connect(server.local_addr()).await.unwrap();
+    let client_addr = Arc::new(Mutex::new(None::<SocketAddr>));
+    let (up_in, up_out, up_client) = (facing_client.clone(), facing_server.clone(), client_addr.clone());
+    let upstream = tokio::spawn(async move {
+        let mut buf = vec![0u8; 65_536];
+        let mut first = None;
+        loop {
+            let (n, from) = up_in.recv_from(&mut buf).await.unwrap();
+            *up_client.lock().unwrap() = Some(from);
+            let since = first.get_or_insert_with(Instant::now).elapsed();
+            if since >= FADE_FROM && since < FADE_FROM + FADE {
+                tokio::time::sleep(FADE_SPACING).await;
+            }
+            let _ = up_out.send(&buf[..n]).await;
+        }
+    });
+    let (down_in, down_out, down_client) = (facing_server.clone(), facing_client.clone(), client_addr.clone());
+    let downstream = tokio::spawn(async move {
+        let mut buf = vec![0u8; 65_536];
+        loop {
+            let n = down_in.recv(&mut buf).await.unwrap();
+            let to = *down_client.lock().unwrap();
+            if let Some(to) = to {
+                let _ = down_out.send_to(&buf[..n], to).await;
+            }
+        }
+    });
+    let client = client().await;
+    let started = Instant::now();
+    let summary = tools::send(&client, facing_client.local_addr().unwrap(), Amount::Time(Duration::from_secs(1)), Duration::from_millis(250), true, |_| {})
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    assert!(summary.complete && summary.hashes_match, "{summary:?}");
+    // Past the fade (and so past one second of writing and two of grace), not cut off.
+    assert!(took > FADE_FROM + FADE, "took {took:?}: the flush did not last through the fade");
+    assert!(took < Duration::from_secs(13), "took {took:?}, past the flush's ceiling");
+    let waited = Instant::now();
+    let report = loop {
+        if let Some(s) = served.lock().unwrap().first().cloned() {
+            break s;
+        }
+        assert!(waited.elapsed() < Duration::from_secs(15), "the server never reported the connection");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    upstream.abort();
+    downstream.abort();
+    assert!(report.error.is_none() && report.bytes == summary.bytes, "{report:?}");
 }
 
 /// A client whose final ack is lost as it exits (the lossy-path case TCP covers with

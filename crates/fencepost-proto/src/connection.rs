@@ -1893,6 +1893,7 @@ impl Connection {
         if newly_acked > 0 {
             self.rto_backoff = 0;
             self.last_ack_progress = now;
+            self.stats.packets_acknowledged += newly_acked;
         }
         self.stats.spurious_retransmissions += spurious;
         if let Some(late_by) = late_by {
