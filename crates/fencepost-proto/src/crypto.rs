@@ -11,7 +11,7 @@ use crate::time::Duration;
 use aws_lc_rs::agreement;
 use rand_chacha::ChaCha20Rng;
 use rand_core::{Rng, SeedableRng};
-use ring::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
+use aws_lc_rs::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
 use ring::hmac;
 use snow::params::{CipherChoice, DHChoice, HashChoice};
 use snow::resolvers::{CryptoResolver, DefaultResolver};
