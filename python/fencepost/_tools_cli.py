@@ -87,6 +87,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     addr = server.local_addr()
     mode = "echo" if args.echo else "sink"
     print(f"fencepost serve: listening on {addr[0]}:{addr[1]} ({mode}); Ctrl-C (or SIGTERM) stops", flush=True)
+    warning = server.receive_buffer_warning()
+    if warning:
+        print(f"fencepost serve: warning: {warning}", file=sys.stderr, flush=True)
     key = server.public_key()
     if key is None:
         print("fencepost serve: plaintext packets (--insecure or the seed profile): nothing is encrypted or authenticated", flush=True)
@@ -114,11 +117,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         server.shutdown()
         if args.json:
             print(json.dumps({"endpoint": s}), flush=True)
+        kernel = s.get("socket_receive_drops")
         print(f"\nfencepost serve: stopped; datagrams received {s['datagrams_received']:,} ({s['bytes_received']:,} bytes), "
               f"dropped: malformed {s['malformed']:,}, unknown connection {s['unknown_connection']:,}, wrong address {s['wrong_address']:,}, "
               f"wrong version {s['wrong_version']:,}, refused {s['refused']:,}, forged handshakes {s['forged_handshakes']:,}, "
-              f"Initials shed in a flood {s['initials_shed']:,}; "
-              f"sent without a connection: {s['retries_sent']:,} retries and {s['stateless_resets_sent']:,} stateless resets "
+              f"Initials shed in a flood {s['initials_shed']:,}"
+              + (f", by this host's kernel at the socket (a full receive buffer, mostly; GRO may have merged several datagrams into one) {kernel:,}"
+                 if kernel is not None else "")
+              + f"; sent without a connection: {s['retries_sent']:,} retries and {s['stateless_resets_sent']:,} stateless resets "
               f"({s['stateless_bytes_sent']:,} bytes)", file=sys.stderr)
         return 0
 
@@ -135,6 +141,10 @@ def cmd_send(args: argparse.Namespace) -> int:
     given = dict(options)
     parallel = int(given.get("parallel", 1))
     reverse = given.get("reverse", "false") == "true"
+    warning = sender.receive_buffer_warning()
+    if reverse and warning:
+        # Only the stream coming back is at the mercy of this socket's buffer.
+        print(f"fencepost send: warning: {warning}", file=sys.stderr, flush=True)
     intervals = []
     if not args.json:
         what = given["bytes"] if nbytes is not None else f"for {given['time']}"

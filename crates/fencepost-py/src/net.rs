@@ -240,11 +240,25 @@ impl PyEndpoint {
         py.detach(|| self.inner.public_key()).map(|k| k.to_string())
     }
 
-    /// Every endpoint counter by name (received, dropped, retries, stateless resets...).
+    /// Every endpoint counter by name (received, dropped, retries, stateless resets...,
+    /// and the kernel's drops at the socket, None where it does not say).
     fn endpoint_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
-        let s = py.detach(|| self.inner.stats());
-        endpoint_stats_dict(py, &s)
+        endpoint_stats_of(py, &self.inner)
     }
+
+    /// A warning (with the fix) when the socket got less receive buffer than fencepost
+    /// asks for, else None.
+    fn receive_buffer_warning(&self) -> Option<String> {
+        self.inner.receive_buffer_warning()
+    }
+}
+
+/// An endpoint's counters and its socket's kernel drops, as `endpoint_stats` gives them.
+fn endpoint_stats_of<'py>(py: Python<'py>, endpoint: &Endpoint) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+    let (s, drops) = py.detach(|| (endpoint.stats(), endpoint.socket_receive_drops()));
+    let d = endpoint_stats_dict(py, &s)?;
+    d.set_item("socket_receive_drops", drops)?;
+    Ok(d)
 }
 
 pub(crate) fn endpoint_stats_dict<'py>(py: Python<'py>, s: &fencepost_proto::EndpointStats) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
@@ -465,8 +479,12 @@ impl PyServer {
     }
 
     fn endpoint_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
-        let s = py.detach(|| self.endpoint.stats());
-        endpoint_stats_dict(py, &s)
+        endpoint_stats_of(py, &self.endpoint)
+    }
+
+    /// As `Endpoint.receive_buffer_warning`.
+    fn receive_buffer_warning(&self) -> Option<String> {
+        self.endpoint.receive_buffer_warning()
     }
 
     /// Finished connections' accounts, waiting up to `timeout` for the first.
@@ -498,6 +516,8 @@ pub struct PySender {
     amount: (Option<u64>, Option<f64>),
     intervals: Mutex<mpsc::Receiver<String>>,
     done: Mutex<Option<tokio::task::JoinHandle<SendOutcomes>>>,
+    /// The socket's receive buffer warning, if any (see `Endpoint::receive_buffer_warning`).
+    receive_warning: Option<String>,
 }
 
 #[pymethods]
@@ -517,6 +537,7 @@ impl PySender {
         let config = tool_endpoint(false, &tool);
         let bind: SocketAddr = if target.is_ipv4() { "0.0.0.0:0".parse() } else { "[::]:0".parse() }.expect("a literal address");
         let endpoint = block_on(py, Endpoint::bind(bind, config), None, "bind")?.map_err(net_error)?;
+        let receive_warning = endpoint.receive_buffer_warning();
         let (tx, rx) = mpsc::channel();
         let every = Duration::from_secs_f64(interval.max(0.05));
         let send_options = tools::SendOptions { amount, interval: every, verify: tool.verify, reverse: tool.reverse, bitrate: tool.bitrate };
@@ -535,7 +556,13 @@ impl PySender {
             Amount::Bytes(b) => (Some(b), None),
             Amount::Time(t) => (None, Some(t.as_secs_f64())),
         };
-        Ok(PySender { amount: asked, intervals: Mutex::new(rx), done: Mutex::new(Some(task)) })
+        Ok(PySender { amount: asked, intervals: Mutex::new(rx), done: Mutex::new(Some(task)), receive_warning })
+    }
+
+    /// As `Endpoint.receive_buffer_warning`, for the sender's socket (what it receives
+    /// matters with `reverse`).
+    fn receive_buffer_warning(&self) -> Option<String> {
+        self.receive_warning.clone()
     }
 
     /// (interval reports so far, each naming its stream; once finished, a JSON list of the
