@@ -226,6 +226,7 @@ async fn run(shared: Arc<Shared>, mut socket: DriverSocket) {
     tokio::pin!(sleep);
     // The last receive (the one that ended the wait) read the socket until it was empty.
     let mut drained = false;
+    let mut overflow = OverflowWatch::default();
     loop {
         // Nobody holds the endpoint or any of its connections: nothing can use it again.
         if Arc::strong_count(&shared) == 1 {
@@ -248,6 +249,7 @@ async fn run(shared: Arc<Shared>, mut socket: DriverSocket) {
             if st.stopped.is_some() {
                 return;
             }
+            overflow.look(&shared, &mut st, socket.socket());
             let deadline = turn(&shared, &mut st, &mut out, &mut closing);
             // A reader that waits on the socket receives for the driver (see
             // `Shared::receive_for_reader`): the driver looks again when the reader's watch
@@ -338,6 +340,38 @@ async fn run(shared: Arc<Shared>, mut socket: DriverSocket) {
             _ = shared.wake_driver.notified() => {}
         }
         shared.driver_wakeups.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// How often the driver asks the kernel whether the socket dropped datagrams (one
+/// `getsockopt` each time it looks): a window held a millisecond late lets a millisecond
+/// more of the senders' flights in.
+const OVERFLOW_LOOK: fencepost_proto::Duration = fencepost_proto::Duration::from_millis(1);
+
+/// The kernel's count of receive drops at the socket as last seen, and when to look next.
+#[derive(Default)]
+struct OverflowWatch {
+    seen: u64,
+    next_look: fencepost_proto::Instant,
+}
+
+impl OverflowWatch {
+    /// At most once per [`OVERFLOW_LOOK`]: drops since the last look (the socket's buffer
+    /// overflowed) have the core hold the receiving connections' windows to what the
+    /// socket holds (`fencepost_proto::Endpoint::note_socket_overflow`).
+    fn look(&mut self, shared: &Shared, st: &mut State, socket: &std::net::UdpSocket) {
+        let Some(buffer) = shared.receive_buffer else { return };
+        let now = shared.now();
+        if now < self.next_look {
+            return;
+        }
+        self.next_look = now + OVERFLOW_LOOK;
+        let Some(drops) = crate::receive_drops_of(socket) else { return };
+        if drops > self.seen {
+            // The first look counts what came before the driver did (none, on a new socket).
+            st.proto.note_socket_overflow(now, buffer);
+        }
+        self.seen = drops;
     }
 }
 

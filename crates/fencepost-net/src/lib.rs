@@ -91,7 +91,7 @@ fn receive_buffer_of(socket: &std::net::UdpSocket) -> Option<usize> {
 
 /// Datagrams the kernel dropped at this socket since it was opened (`SO_MEMINFO`'s
 /// `SK_MEMINFO_DROPS`: a full receive buffer, mostly), if it says.
-fn receive_drops_of(socket: &std::net::UdpSocket) -> Option<u64> {
+pub(crate) fn receive_drops_of(socket: &std::net::UdpSocket) -> Option<u64> {
     #[cfg(target_os = "linux")]
     {
         use std::os::fd::AsRawFd;

@@ -36,7 +36,7 @@ use crate::assembler::BufferBudget;
 use crate::config::TransportConfig;
 use crate::connection::{Connection, ConnectionSecrets, Event, Hello, Transmit};
 use crate::crypto::{EndpointSecrets, HandshakeError, PublicKey, StaticKey};
-use crate::time::Instant;
+use crate::time::{Duration, Instant};
 use crate::wire::{self, Body, Handshake, HandshakePhase, Header, Packet, PacketType, Reset, ResetReason, SecureHandshake, StatelessReset};
 use rand_chacha::ChaCha20Rng;
 use rand_core::{Rng, SeedableRng};
@@ -101,6 +101,9 @@ pub struct EndpointStats {
     /// it keeps (a flood of connection attempts; a real peer asks again). Counted in
     /// `datagrams_received` too.
     pub initials_shed: u64,
+    /// Times the driver saw the kernel drop datagrams at the socket and held the
+    /// receiving connections' windows (see [`Endpoint::note_socket_overflow`]).
+    pub socket_overflows: u64,
 }
 
 /// What one datagram led to.
@@ -200,6 +203,9 @@ pub const TRANSMIT_BURST: u32 = 64;
 /// Emptied receive buffers the endpoint may keep beyond the most its connections have
 /// held at once, so that a connection whose reader keeps up still reuses its buffers.
 const SPARE_BUFFERS_FLOOR: usize = 64;
+/// How recently a connection must have received to be among those that filled a socket
+/// that overflowed ([`Endpoint::note_socket_overflow`]).
+const OVERFLOW_RECENT: Duration = Duration::from_millis(5);
 
 /// Connections by id. While an endpoint holds few (a client holds one, as does each
 /// endpoint in the simulator), their ids are a short list searched in one or two cache
@@ -772,6 +778,29 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
         self.pass_handshakes = 0;
     }
 
+    /// The driver saw the kernel drop datagrams at the endpoint's socket, whose receive
+    /// buffer is `socket_buffer` bytes as the kernel counts them: every connection that
+    /// received in the last [`OVERFLOW_RECENT`] holds its receive window to its share of
+    /// what the socket holds (see `Connection::on_socket_overflow`). The kernel doubles
+    /// the size a socket is given to allow for the memory each datagram sits in, so the
+    /// socket is taken to hold half of it in payloads: `socket_buffer / (2 × payload)`
+    /// packets. (Counted at four fifths of it instead, one connection resent more and went
+    /// no faster.)
+    pub fn note_socket_overflow(&mut self, now: Instant, socket_buffer: usize) {
+        self.stats.socket_overflows += 1;
+        let since = now - OVERFLOW_RECENT;
+        let receiving: Vec<u32> = self.connections.iter().filter(|(_, e)| e.connection.received_since(since)).map(|(&cid, _)| cid).collect();
+        let Some(count) = std::num::NonZeroUsize::new(receiving.len()) else { return };
+        let holds = (socket_buffer / (2 * self.max_payload())) as u64;
+        let share = holds / count.get() as u64;
+        for cid in receiving {
+            if let Some(entry) = self.connections.get_mut(&cid) {
+                entry.connection.on_socket_overflow(now, share);
+            }
+            self.touch(cid);
+        }
+    }
+
     /// Counts an Initial that the caller dropped without handing it over (see
     /// [`EndpointStats::initials_shed`]).
     pub fn shed_initial(&mut self, datagram_len: usize) {
@@ -1041,7 +1070,7 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
 mod tests {
     use super::*;
     use crate::connection::State;
-    use crate::time::Duration;
+    use crate::congestion::{ControllerConfig, FixedConfig};
 
     type Net = (Endpoint<u8>, Endpoint<u8>);
 
@@ -1490,6 +1519,98 @@ mod tests {
             net.1.handle_timeout(now);
             exchange(net, now);
         }
+    }
+
+    /// Data packets the client sends before anything it sends reaches the server: what its
+    /// windows (the controller's and the peer's) allow, with far more written than that.
+    /// They are delivered afterwards (none is lost), and the answers exchanged.
+    fn flight_allowed(net: &mut Net, client: ConnectionHandle, now: Instant) -> u64 {
+        let payload = usize::from(net.0.connection(client).unwrap().config().max_payload);
+        let _ = net.0.connection_mut(client).unwrap().write(&vec![5u8; 2_000 * payload]);
+        let mut buf = vec![0u8; 2048];
+        let mut held = Vec::new();
+        while let Some((_, t)) = net.0.poll_transmit(now, &mut buf) {
+            held.push(buf[..t.size].to_vec());
+        }
+        for datagram in &held {
+            net.1.handle_datagram(now, 0, datagram, &mut []);
+        }
+        exchange(net, now);
+        held.len() as u64
+    }
+
+    /// The server's socket overflowed while a connection was receiving: its window is held
+    /// to the connection's share of what the socket holds, the sender keeps to it, and the
+    /// window grows back by a quarter per growth step while the sender fills it. A
+    /// connection that was not receiving is left alone.
+    #[test]
+    fn a_socket_overflow_holds_the_receiving_connections_windows_to_their_share() {
+        let mut transport = TransportConfig::default().insecure();
+        transport.controller = ControllerConfig::Fixed(FixedConfig::default().window_packets(1_000));
+        let mut net = pair_with(transport, 10);
+        let client = established(&mut net, Instant::from_millis(1));
+        let idle = net.0.connect(Instant::from_millis(1), 1);
+        exchange(&mut net, Instant::from_millis(1));
+        let payload = usize::from(net.0.connection(client).unwrap().config().max_payload);
+        // Warm up: bulk data, everything read as it comes, so the window is the buffer's.
+        let mut got = vec![0u8; 1 << 20];
+        let mut drain = |net: &mut Net| {
+            for h in net.1.handles().collect::<Vec<_>>() {
+                while net.1.reading(h, |c| c.read(&mut got).unwrap_or(0)).unwrap_or(0) > 0 {}
+            }
+        };
+        for ms in 2..30 {
+            let now = Instant::from_millis(ms);
+            let _ = net.0.connection_mut(client).unwrap().write(&vec![5u8; 200 * payload]);
+            net.0.handle_timeout(now);
+            net.1.handle_timeout(now);
+            exchange(&mut net, now);
+            drain(&mut net);
+        }
+        let before = flight_allowed(&mut net, client, Instant::from_millis(30));
+        assert!(before >= 1_000, "the fixed window, not the peer's, bounds the flight at first ({before})");
+        exchange(&mut net, Instant::from_millis(30));
+        drain(&mut net);
+
+        // The socket holds 120 packets, by the endpoint's count; one connection received lately.
+        let now = Instant::from_millis(31);
+        net.1.note_socket_overflow(now, 120 * 2 * payload);
+        assert_eq!(net.1.stats().socket_overflows, 1);
+        let server_side = |net: &Net, client_cid: u32| net.1.handles().find(|&h| net.1.connection(h).unwrap().peer_cid() == client_cid).unwrap();
+        let receiving = server_side(&net, net.0.connection(client).unwrap().local_cid());
+        let quiet = server_side(&net, net.0.connection(idle).unwrap().local_cid());
+        assert_eq!(net.1.connection(receiving).unwrap().stats().socket_overflow_cuts, 1);
+        assert_eq!(net.1.connection(quiet).unwrap().stats().socket_overflow_cuts, 0, "a connection that was not receiving keeps its window");
+        exchange(&mut net, now);
+        drain(&mut net);
+        let held = flight_allowed(&mut net, client, now);
+        assert!((100..=120).contains(&held), "the sender keeps to the held window ({held} packets)");
+        // A second overflow within the same round trip does not cut again.
+        net.1.note_socket_overflow(now, 120 * 2 * payload);
+        assert_eq!(net.1.connection(receiving).unwrap().stats().socket_overflow_cuts, 1);
+
+        // The sender fills the window; 10 ms on, it is a quarter wider.
+        exchange(&mut net, now);
+        drain(&mut net);
+        let later = Instant::from_millis(42);
+        let _ = net.0.connection_mut(client).unwrap().write(&vec![5u8; 300 * payload]);
+        net.0.handle_timeout(later);
+        net.1.handle_timeout(later);
+        exchange(&mut net, later);
+        drain(&mut net);
+        let grown = flight_allowed(&mut net, client, later);
+        assert!(grown > held && grown <= 160, "grown by a quarter ({held} -> {grown})");
+        // Step by step it grows while the sender fills it, until the sender's own window binds.
+        for ms in 43..400 {
+            let now = Instant::from_millis(ms);
+            let _ = net.0.connection_mut(client).unwrap().write(&vec![5u8; 2_000 * payload]);
+            net.0.handle_timeout(now);
+            net.1.handle_timeout(now);
+            exchange(&mut net, now);
+            drain(&mut net);
+        }
+        let after = flight_allowed(&mut net, client, Instant::from_millis(400));
+        assert!(after >= 1_000, "the held window grew past the sender's own ({after})");
     }
 
     #[test]

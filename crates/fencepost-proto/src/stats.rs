@@ -38,6 +38,9 @@ pub struct ConnectionStats {
     /// Data packets that arrived although this side already held them.
     pub duplicate_packets_received: u64,
     pub acks_received: u64,
+    /// Times this side held its receive window down because the host's socket overflowed
+    /// while the connection was receiving (see `Connection::on_socket_overflow`).
+    pub socket_overflow_cuts: u64,
     /// Data packets the peer acknowledged for the first time, in order or beyond a hole:
     /// how far a transfer has got however its holes stand.
     pub packets_acknowledged: u64,

@@ -277,6 +277,7 @@ pub(crate) fn endpoint_stats_dict<'py>(py: Python<'py>, s: &fencepost_proto::End
         ("stateless_resets_sent", s.stateless_resets_sent),
         ("stateless_bytes_sent", s.stateless_bytes_sent),
         ("initials_shed", s.initials_shed),
+        ("socket_overflows", s.socket_overflows),
     ] {
         d.set_item(k, v)?;
     }
