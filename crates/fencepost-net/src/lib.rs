@@ -68,7 +68,9 @@ fn force_recv_buffer(socket: &std::net::UdpSocket, bytes: usize) {
 /// a fraction of a millisecond overflows it at a few Gbit/s, and the datagrams the kernel
 /// drops read to the senders as loss: without root (no `SO_RCVBUFFORCE`), one loopback
 /// connection at 12-15 Gbit/s resent 12-15 % of its packets with 208 kB, and 100
-/// connections 4-10 % with 4 MB, where none were resent with root's 64 MB.
+/// connections 4-10 % with 4 MB, where none were resent with root's 64 MB. (That was
+/// before windows were held to what the socket holds once it overflows, see the driver's
+/// `OverflowWatch`: fewer are resent now, at some cost in rate with 208 kB.)
 pub const RECEIVE_BUFFER_WANTED: usize = 16 << 20;
 
 /// The socket's receive buffer as the kernel counts it (`SO_RCVBUF`), if it says.

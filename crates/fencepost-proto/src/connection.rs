@@ -496,8 +496,8 @@ pub struct Connection {
     peer_ack_frequency: Option<(u32, u16, Duration)>,
 }
 
-/// A receive window held for the socket's sake: the most packets it offers beyond what it
-/// already had, and when that last moved (see [`Connection::on_socket_overflow`]).
+/// A receive window held for the socket's sake: the most packets it offers, and when that
+/// last moved (see [`Connection::on_socket_overflow`]).
 #[derive(Clone, Copy, Debug)]
 struct SocketCap {
     packets: u64,
@@ -2461,9 +2461,9 @@ impl Connection {
     /// trip or more later; it grows back by a quarter each round trip (`grow_socket_cap`).
     /// What is in flight to a receiver then fits the socket whatever the receiver's thread
     /// is doing, as TCP's window fits its receive buffer. Halving the held window at each
-    /// further overflow instead cut one connection over loopback with a 416 kB socket to
-    /// 7.1-7.9 Gbit/s, against 8.5-8.7 held at the share (and 12-15 not held at all, with
-    /// a fifth of its packets resent).
+    /// further overflow instead did no better: one connection over loopback with a 416 kB
+    /// socket 6.8-8.8 Gbit/s in six runs against 8.5-8.7 in three held at the share (and
+    /// 12-15 not held at all, with a fifth of its packets resent).
     pub(crate) fn on_socket_overflow(&mut self, now: Instant, share: u64) {
         if self.state != State::Established {
             return;
