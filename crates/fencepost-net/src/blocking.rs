@@ -58,6 +58,8 @@ struct Io {
     /// Datagrams of the ring's last receive not yet handed to the core. The ring's next
     /// receive goes into the same buffer, so they are handed over before any wait.
     deferred: Cell<Option<Deferred>>,
+    /// The kernel's receive drops at the socket, as the driver's thread watches them.
+    overflow: RefCell<driver::OverflowWatch>,
 }
 
 /// Where datagrams left in the ring's buffer lie, and where they came from.
@@ -107,6 +109,7 @@ impl Io {
                 if unchanged {
                     (None, self.settled.get().flatten())
                 } else {
+                    self.overflow.borrow_mut().look(&self.shared, &mut st, &self.socket);
                     let mut deadline = driver::turn(&self.shared, &mut st, &mut out, &mut closing);
                     // The turn ran timers: what `ready` waits for may have come of them (a
                     // connection lost to its idle timer has no deadline left to wake us).
@@ -448,7 +451,7 @@ impl Endpoint {
         let (shared, socket) = Shared::bind(addr, config)?;
         let out = RefCell::new(Outgoing::new(&shared));
         let wait = Wait::new(&shared, &socket, preferred).map_err(NetError::Io)?;
-        Ok(Endpoint { io: Rc::new(Io { shared, socket, inbox: RefCell::new(Inbox::new()), out, wait, busy_poll: Cell::new(None), settled: Cell::new(None), pinned: Cell::new(Pin::Unused), deferred: Cell::new(None) }) })
+        Ok(Endpoint { io: Rc::new(Io { shared, socket, inbox: RefCell::new(Inbox::new()), out, wait, busy_poll: Cell::new(None), settled: Cell::new(None), pinned: Cell::new(Pin::Unused), deferred: Cell::new(None), overflow: RefCell::default() }) })
     }
 
     pub fn local_addr(&self) -> SocketAddr {

@@ -350,7 +350,7 @@ const OVERFLOW_LOOK: fencepost_proto::Duration = fencepost_proto::Duration::from
 
 /// The kernel's count of receive drops at the socket as last seen, and when to look next.
 #[derive(Default)]
-struct OverflowWatch {
+pub(crate) struct OverflowWatch {
     seen: u64,
     next_look: fencepost_proto::Instant,
 }
@@ -359,7 +359,7 @@ impl OverflowWatch {
     /// At most once per [`OVERFLOW_LOOK`]: drops since the last look (the socket's buffer
     /// overflowed) have the core hold the receiving connections' windows to what the
     /// socket holds (`fencepost_proto::Endpoint::note_socket_overflow`).
-    fn look(&mut self, shared: &Shared, st: &mut State, socket: &std::net::UdpSocket) {
+    pub(crate) fn look(&mut self, shared: &Shared, st: &mut State, socket: &std::net::UdpSocket) {
         let Some(buffer) = shared.receive_buffer else { return };
         let now = shared.now();
         if now < self.next_look {
