@@ -695,8 +695,9 @@ pub async fn send_stream(
         conn.finish();
         let receiving = receive_source(&conn, options.interval, options.verify, |start, end, bytes, c| report(c, start, end, bytes, &mut retx_seen));
         match limit {
-            // The server writes for `limit` from about now; what has arrived is the progress.
-            Some(limit) => flush_bounded(receiving, tokio::time::Instant::from_std(started + limit), limit, || conn.stats().bytes_received)
+            // The server writes for `limit` from about now; the data packets that arrived (not
+            // keepalives, which a stalled source may still send) are the progress.
+            Some(limit) => flush_bounded(receiving, tokio::time::Instant::from_std(started + limit), limit, || conn.stats().data_packets_received)
                 .await
                 .unwrap_or_else(|cut| Received { incomplete: Some(cut.reason("the source's", limit.as_secs_f64())), ..Received::default() }),
             None => receiving.await,
