@@ -411,7 +411,9 @@ def add_parsers(subparsers) -> None:
                               description="Send bytes to a `fencepost serve` sink (or, with -R, from it), print per-interval lines measured at "
                                           "the receiver and a summary, and check the receiver's SHA-256 against the sender's. iperf3's short "
                                           "flags work as in iperf3: -c HOST -p PORT -t SECONDS -n BYTES (K/M/G binary) -i SECONDS -J -R -P N "
-                                          "-b RATE (K/M/G bits per second).")
+                                          "-b RATE (K/M/G bits per second). With --time, what was written when the time is up is still "
+                                          "delivered as long as new packets keep being acknowledged: the run reports INCOMPLETE once none "
+                                          "were for as long as the writing time (2 to 10 s), or after six times that in all.")
     p.add_argument("target", metavar="HOST:PORT", nargs="?", help="the server (or -c HOST -p PORT)")
     p.add_argument("-c", "--client", metavar="HOST", help="the server's host (iperf3's -c)")
     p.add_argument("-p", "--port", type=int, metavar="PORT", help="the server's port with -c (default 5201)")
