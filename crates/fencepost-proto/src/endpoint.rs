@@ -104,6 +104,9 @@ pub struct EndpointStats {
     /// Times the driver saw the kernel drop datagrams at the socket and held the
     /// receiving connections' windows (see [`Endpoint::note_socket_overflow`]).
     pub socket_overflows: u64,
+    /// Socket overflows while most datagrams went to no connection (a flood): no window
+    /// was held for them.
+    pub socket_overflows_in_floods: u64,
 }
 
 /// What one datagram led to.
@@ -347,6 +350,9 @@ pub struct Endpoint<A: Clone + Eq + Hash> {
     opening: Vec<u32>,
     /// Counts receive passes (see [`Endpoint::begin_receive_pass`]).
     receive_pass: u64,
+    /// Datagrams received, and of them those that went to no connection, when a socket
+    /// overflow was last noted (see [`Endpoint::note_socket_overflow`]).
+    overflow_seen: (u64, u64),
     /// Buffer memory connections gave back since [`Endpoint::take_given_back`] last asked.
     given_back: usize,
     /// The most datagrams one connection got in the current pass.
@@ -410,6 +416,7 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
             connections: CidMap::default(),
             opening: Vec::new(),
             receive_pass: 0,
+            overflow_seen: (0, 0),
             given_back: 0,
             pass_longest_run: 0,
             pass_handshakes: 0,
@@ -786,7 +793,18 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
     /// socket is taken to hold half of it in payloads: `socket_buffer / (2 × payload)`
     /// packets. (Counted at four fifths of it instead, one connection resent more and went
     /// no faster.)
+    ///
+    /// Not when most datagrams since the last such note went to no connection (garbage,
+    /// forged or shed handshakes, Initials answered with a Retry): a flood overflowed the
+    /// socket, and holding the connections' windows for it would hand the flood their rate.
     pub fn note_socket_overflow(&mut self, now: Instant, socket_buffer: usize) {
+        let s = &self.stats;
+        let stray = s.malformed + s.unknown_connection + s.wrong_address + s.wrong_version + s.refused + s.invalid_tokens + s.forged_handshakes + s.initials_shed + s.retries_sent;
+        let (received_before, stray_before) = std::mem::replace(&mut self.overflow_seen, (s.datagrams_received, stray));
+        if 2 * (stray - stray_before) > s.datagrams_received - received_before {
+            self.stats.socket_overflows_in_floods += 1;
+            return;
+        }
         self.stats.socket_overflows += 1;
         let since = now - OVERFLOW_RECENT;
         let receiving: Vec<u32> = self.connections.iter().filter(|(_, e)| e.connection.received_since(since)).map(|(&cid, _)| cid).collect();
@@ -1611,6 +1629,35 @@ mod tests {
         }
         let after = flight_allowed(&mut net, client, Instant::from_millis(400));
         assert!(after >= 1_000, "the held window grew past the sender's own ({after})");
+    }
+
+    /// A socket that overflowed while most of what came was garbage (a flood) holds no
+    /// window: the connections keep theirs.
+    #[test]
+    fn a_flood_that_overflows_the_socket_holds_no_window() {
+        let mut net = pair_with(TransportConfig::default().insecure(), 10);
+        let client = established(&mut net, Instant::from_millis(1));
+        let payload = usize::from(net.0.connection(client).unwrap().config().max_payload);
+        let now = Instant::from_millis(2);
+        let _ = net.0.connection_mut(client).unwrap().write(&vec![5u8; 20 * payload]);
+        exchange(&mut net, now);
+        // The flood: a hundred datagrams that parse as nothing, against the twenty or so
+        // the connection brought.
+        for i in 0..100u8 {
+            net.1.handle_datagram(now, 7, &[0xee, i, 3, 4, 5, 6, 7, 8, 9], &mut []);
+        }
+        net.1.note_socket_overflow(now, 1 << 20);
+        let stats = net.1.stats();
+        assert_eq!((stats.socket_overflows, stats.socket_overflows_in_floods), (0, 1));
+        let server = net.1.handles().next().unwrap();
+        assert_eq!(net.1.connection(server).unwrap().stats().socket_overflow_cuts, 0);
+        // Once the connection's own datagrams are most of what came, an overflow holds it.
+        let later = Instant::from_millis(3);
+        let _ = net.0.connection_mut(client).unwrap().write(&vec![5u8; 20 * payload]);
+        exchange(&mut net, later);
+        net.1.note_socket_overflow(later, 1 << 20);
+        assert_eq!(net.1.stats().socket_overflows, 1);
+        assert_eq!(net.1.connection(server).unwrap().stats().socket_overflow_cuts, 1);
     }
 
     #[test]

@@ -278,6 +278,7 @@ pub(crate) fn endpoint_stats_dict<'py>(py: Python<'py>, s: &fencepost_proto::End
         ("stateless_bytes_sent", s.stateless_bytes_sent),
         ("initials_shed", s.initials_shed),
         ("socket_overflows", s.socket_overflows),
+        ("socket_overflows_in_floods", s.socket_overflows_in_floods),
     ] {
         d.set_item(k, v)?;
     }
