@@ -20,6 +20,18 @@ async fn server(echo: bool, transport: TransportConfig) -> (Endpoint, Arc<Mutex<
     (endpoint, served)
 }
 
+/// The server's account of its first connection, once it gives one (within 15 s).
+async fn first_report(served: &Mutex<Vec<tools::ServedConnection>>) -> tools::ServedConnection {
+    let waited = Instant::now();
+    loop {
+        if let Some(s) = served.lock().unwrap().first().cloned() {
+            return s;
+        }
+        assert!(waited.elapsed() < Duration::from_secs(15), "the server never reported the connection");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 async fn client() -> Endpoint {
     Endpoint::bind(localhost(), EndpointConfig::client(TransportConfig::default())).await.unwrap()
 }
@@ -456,14 +468,7 @@ async fn a_timed_send_whose_flush_keeps_moving_is_let_finish() {
     // Past the fade (and so past one second of writing and two of grace), not cut off.
     assert!(took > FADE_FROM + FADE, "took {took:?}: the flush did not last through the fade");
     assert!(took < Duration::from_secs(13), "took {took:?}, past the flush's ceiling");
-    let waited = Instant::now();
-    let report = loop {
-        if let Some(s) = served.lock().unwrap().first().cloned() {
-            break s;
-        }
-        assert!(waited.elapsed() < Duration::from_secs(15), "the server never reported the connection");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let report = first_report(&served).await;
     upstream.abort();
     downstream.abort();
     assert!(report.error.is_none() && report.bytes == summary.bytes, "{report:?}");
@@ -536,14 +541,7 @@ async fn a_lost_final_ack_is_recorded_not_reported_as_a_failure() {
     drop(conn);
     client.shutdown();
 
-    let waited = Instant::now();
-    let report = loop {
-        if let Some(s) = served.lock().unwrap().first().cloned() {
-            break s;
-        }
-        assert!(waited.elapsed() < Duration::from_secs(15), "the server never reported the connection");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let report = first_report(&served).await;
     upstream.abort();
     downstream.abort();
     assert!(report.error.is_none(), "{report:?}");

@@ -109,6 +109,14 @@ pub struct EndpointStats {
     pub socket_overflows_in_floods: u64,
 }
 
+impl EndpointStats {
+    /// Datagrams that went to no connection: garbage, strangers, refused or forged
+    /// handshakes, shed Initials, and Initials answered with a Retry.
+    pub fn for_no_connection(&self) -> u64 {
+        self.malformed + self.unknown_connection + self.wrong_address + self.wrong_version + self.refused + self.invalid_tokens + self.forged_handshakes + self.initials_shed + self.retries_sent
+    }
+}
+
 /// What one datagram led to.
 #[derive(Debug)]
 pub enum DatagramEvent<A> {
@@ -798,10 +806,9 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
     /// forged or shed handshakes, Initials answered with a Retry): a flood overflowed the
     /// socket, and holding the connections' windows for it would hand the flood their rate.
     pub fn note_socket_overflow(&mut self, now: Instant, socket_buffer: usize) {
-        let s = &self.stats;
-        let stray = s.malformed + s.unknown_connection + s.wrong_address + s.wrong_version + s.refused + s.invalid_tokens + s.forged_handshakes + s.initials_shed + s.retries_sent;
-        let (received_before, stray_before) = std::mem::replace(&mut self.overflow_seen, (s.datagrams_received, stray));
-        if 2 * (stray - stray_before) > s.datagrams_received - received_before {
+        let (received, stray) = (self.stats.datagrams_received, self.stats.for_no_connection());
+        let (received_before, stray_before) = std::mem::replace(&mut self.overflow_seen, (received, stray));
+        if 2 * (stray - stray_before) > received - received_before {
             self.stats.socket_overflows_in_floods += 1;
             return;
         }
