@@ -785,7 +785,10 @@ fn deliver_until(
 fn hand_to_core(st: &mut State, now: fencepost_proto::Instant, from: SocketAddr, datagram: &mut [u8]) {
     let mut response = [0u8; 64];
     match st.proto.handle_datagram_in_place(now, normalize(from), datagram, &mut response) {
-        Some(DatagramEvent::NewConnection(incoming)) => {
+        Some(DatagramEvent::NewConnection(mut incoming)) => {
+            if let Some(datagram) = st.routes.datagram_to(from) {
+                incoming.fit_datagram(datagram);
+            }
             // The endpoint already refused what exceeds max_connections; a server takes the rest.
             if let Ok(handle) = st.proto.accept(incoming) {
                 st.waiters.insert(handle, Waiters::default());

@@ -9,6 +9,7 @@
 
 pub mod blocking;
 mod driver;
+mod path;
 mod sockio;
 #[cfg(target_os = "linux")]
 mod uring;
@@ -333,6 +334,8 @@ struct State {
     /// changed (see `driver::return_memory`).
     memory_returned_at: Option<fencepost_proto::Instant>,
     memory_pending: (usize, fencepost_proto::Instant),
+    /// What the route to each peer carries, to fit new connections' packets to it.
+    routes: path::RouteDatagrams,
 }
 
 impl State {
@@ -538,7 +541,11 @@ impl Shared {
             if let Some(why) = &st.stopped {
                 return Err(NetError::EndpointClosed(why.clone()));
             }
-            st.proto.prepare_connect()
+            let mut pending = st.proto.prepare_connect();
+            if let Some(datagram) = st.routes.datagram_to(addr) {
+                pending.fit_datagram(datagram);
+            }
+            pending
         };
         let opened = pending.open(self.now());
         let mut st = self.lock();
@@ -573,6 +580,7 @@ impl Shared {
         force_recv_buffer(&std_socket, RECV_BUFFER_FORCED);
         let receive_buffer = receive_buffer_of(&std_socket);
         drop_unused_receive_info(&std_socket);
+        path::allow_fragmentation(&std_socket, addr.is_ipv6());
         let local_addr = std_socket.local_addr().map_err(NetError::Io)?;
         let inline_socket = std_socket.try_clone().map_err(NetError::Io)?;
         let mut transport = config.transport.clone();
@@ -603,6 +611,7 @@ impl Shared {
                 closing_after_send: WakerSet::default(),
                 memory_returned_at: None,
                 memory_pending: (0, fencepost_proto::Instant::ZERO),
+                routes: path::RouteDatagrams::default(),
             }),
             receiving: Mutex::new(driver::Backlog::default()),
             reader: Mutex::new(ReaderWatch::Untried),

@@ -264,6 +264,13 @@ impl TransportConfig {
         self
     }
 
+    /// The payload lowered, if need be, so that no data packet or repair is a datagram of
+    /// more than `datagram` bytes: what the route to a peer carries whole (its MTU less
+    /// the IP and UDP headers). A payload already that small stays as it is.
+    pub fn fit_datagram(&mut self, datagram: usize) {
+        self.max_payload = self.max_payload.min(payload_fitting(datagram, self.protection.overhead(), &self.redundancy));
+    }
+
     /// Largest datagram this side sends with its own payload size (protection's tag included).
     pub fn max_datagram(&self) -> usize {
         DATA_OVERHEAD + self.max_payload as usize + self.protection.overhead()
@@ -276,20 +283,27 @@ impl Default for TransportConfig {
     }
 }
 
+/// The UDP payload of a 1500-byte IPv4 packet: 1500 - 20 (IP) - 8 (UDP).
+pub const ETHERNET_DATAGRAM: usize = 1472;
+
 /// The payload that fills a 1500-byte IPv4 packet: 1500 - 20 (IP) - 8 (UDP) - our data
 /// header - what packet protection adds.
 pub fn mtu_payload(protection_overhead: usize) -> u16 {
-    (1472 - DATA_OVERHEAD - protection_overhead) as u16
+    (ETHERNET_DATAGRAM - DATA_OVERHEAD - protection_overhead) as u16
 }
 
 /// The same with `redundancy`: a repair carries its symbol (the payload with 2 bytes of
 /// length and 1 of flags) behind a header 1 byte shorter than data's, so with FEC the
 /// payload is 2 bytes less and repairs still fit the packet.
 pub fn mtu_payload_with(protection_overhead: usize, redundancy: &RedundancyConfig) -> u16 {
-    let plain = mtu_payload(protection_overhead);
-    if redundancy.sends_repairs() {
-        plain - (crate::wire::REPAIR_OVERHEAD + 3 - DATA_OVERHEAD) as u16
-    } else {
-        plain
-    }
+    payload_fitting(ETHERNET_DATAGRAM, protection_overhead, redundancy)
+}
+
+/// The largest payload whose data packets, and repairs of them, are datagrams of at most
+/// `datagram` bytes (UDP's payload), with this protection and redundancy; never below
+/// the wire format's least ([`crate::wire::MIN_PAYLOAD`]).
+pub fn payload_fitting(datagram: usize, protection_overhead: usize, redundancy: &RedundancyConfig) -> u16 {
+    let repairs_longer_by = if redundancy.sends_repairs() { crate::wire::REPAIR_OVERHEAD + 3 - DATA_OVERHEAD } else { 0 };
+    let payload = datagram.saturating_sub(DATA_OVERHEAD + protection_overhead + repairs_longer_by);
+    payload.clamp(usize::from(crate::wire::MIN_PAYLOAD), usize::from(u16::MAX)) as u16
 }

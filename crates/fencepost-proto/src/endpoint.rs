@@ -144,11 +144,20 @@ pub struct Incoming<A> {
     remote: A,
     hello: Hello,
     received: Instant,
+    /// The largest datagram the route to `remote` carries whole, if the caller knows it.
+    path_datagram: Option<usize>,
 }
 
 impl<A> Incoming<A> {
     pub fn remote(&self) -> &A {
         &self.remote
+    }
+    /// Sizes the connection's packets, and the payload its handshake offers the peer, so
+    /// that none is a datagram of more than `datagram` bytes (see
+    /// [`TransportConfig::fit_datagram`]): a driver tells what the route to the peer
+    /// carries, which the transport cannot see.
+    pub fn fit_datagram(&mut self, datagram: usize) {
+        self.path_datagram = Some(datagram);
     }
     /// The client's connection id.
     pub fn peer_cid(&self) -> u32 {
@@ -330,7 +339,20 @@ pub struct PendingConnect {
     secrets: ConnectionSecrets,
 }
 
+/// `config`, its payload fitted to datagrams of `datagram` bytes: the same configuration
+/// where it fits already (a loopback or Ethernet route), else a copy of it.
+fn fitted(config: &Arc<TransportConfig>, datagram: usize) -> Arc<TransportConfig> {
+    let mut fit = TransportConfig::clone(config);
+    fit.fit_datagram(datagram);
+    if fit.max_payload == config.max_payload { config.clone() } else { Arc::new(fit) }
+}
+
 impl PendingConnect {
+    /// As [`Incoming::fit_datagram`], for the connection this opens.
+    pub fn fit_datagram(&mut self, datagram: usize) {
+        self.config = fitted(&self.config, datagram);
+    }
+
     /// Makes the connection and writes its Initial, the costly part of a connect, without
     /// the endpoint. Dropping the result instead of passing it to
     /// [`Endpoint::finish_connect`] leaves its id unused for the endpoint's life.
@@ -559,7 +581,11 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
         }
         let cid = self.fresh_cid();
         let secrets = self.connection_secrets(cid);
-        let connection = match Connection::server(self.config.transport.clone(), incoming.received, cid, &incoming.hello, &secrets) {
+        let config = match incoming.path_datagram {
+            Some(datagram) => fitted(&self.config.transport, datagram),
+            None => self.config.transport.clone(),
+        };
+        let connection = match Connection::server(config, incoming.received, cid, &incoming.hello, &secrets) {
             Ok(c) => c,
             Err(e) => {
                 self.stats.forged_handshakes += 1;
@@ -720,7 +746,7 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
                 }
             }
         }
-        let incoming = Incoming { remote, hello, received: now };
+        let incoming = Incoming { remote, hello, received: now, path_datagram: None };
         if self.connections.len() >= self.config.max_connections {
             return Routed::Done(self.refuse(incoming, buf).map(|(destination, transmit)| DatagramEvent::Response { destination, transmit }));
         }
@@ -1219,6 +1245,105 @@ mod tests {
         let before = net.0.transmit_polls;
         assert!(net.0.poll_transmit(t, &mut buf).is_none());
         assert_eq!(net.0.transmit_polls - before, 0, "nothing was due, so nothing was asked");
+    }
+
+    /// A path that carries datagrams of up to `limit` bytes and silently drops longer ones
+    /// (a tunnel, a narrow link, an IPv6 route at its least MTU); runs both endpoints for
+    /// `ms` milliseconds from `from`, the server told `server_knows` of the limit (else only
+    /// the client is). Returns the longest datagram each way.
+    fn narrow_path(net: &mut Net, limit: usize, server_knows: bool, from: u64, ms: u64) -> (usize, usize) {
+        let mut buf = vec![0u8; 2048];
+        let mut response = [0u8; 64];
+        let mut longest = (0, 0);
+        for t in from..from + ms {
+            let now = Instant::from_millis(t);
+            net.0.handle_timeout(now);
+            net.1.handle_timeout(now);
+            loop {
+                let mut moved = false;
+                while let Some((_, tx)) = net.0.poll_transmit(now, &mut buf) {
+                    moved = true;
+                    longest.0 = longest.0.max(tx.size);
+                    if tx.size > limit {
+                        continue;
+                    }
+                    match net.1.handle_datagram(now, 0, &buf[..tx.size], &mut response) {
+                        Some(DatagramEvent::NewConnection(mut incoming)) => {
+                            if server_knows {
+                                incoming.fit_datagram(limit);
+                            }
+                            let _ = net.1.accept(incoming);
+                        }
+                        Some(DatagramEvent::Response { transmit, .. }) => {
+                            net.0.handle_datagram(now, 1, &response[..transmit.size], &mut []);
+                        }
+                        _ => {}
+                    }
+                }
+                while let Some((_, tx)) = net.1.poll_transmit(now, &mut buf) {
+                    moved = true;
+                    longest.1 = longest.1.max(tx.size);
+                    if tx.size <= limit {
+                        net.0.handle_datagram(now, 1, &buf[..tx.size], &mut response);
+                    }
+                }
+                if !moved {
+                    break;
+                }
+            }
+        }
+        longest
+    }
+
+    /// On a path narrower than an Ethernet packet, a connection told what the route carries
+    /// (by either end: the handshake offers the other the smaller payload) sends nothing
+    /// longer, data, repairs and acks alike, and its bytes cross both ways. Untold, every
+    /// data packet is lost on that path and nothing arrives.
+    #[test]
+    fn a_connection_fitted_to_a_narrow_path_sends_nothing_longer() {
+        const LIMIT: usize = 1_232; // IPv6's least MTU, 1,280, less the IP and UDP headers
+        for (fitted_by, redundancy) in [("client", "default"), ("server", "default"), ("client", "fec:rs:8/12"), ("server", "fec:rs:8/12"), ("nobody", "default")] {
+            let mut transport = TransportConfig::default();
+            if redundancy != "default" {
+                // Repairs are a few bytes longer than the data they cover: they must fit too.
+                transport.set_redundancy(crate::redundancy::RedundancyConfig::Fec(crate::redundancy::FecCode::Block { k: 8, n: 12 }));
+            }
+            let mut net = pair_with(transport, 10);
+            let mut pending = net.0.prepare_connect();
+            if fitted_by == "client" {
+                pending.fit_datagram(LIMIT);
+            }
+            let opened = pending.open(Instant::from_millis(1));
+            let client = net.0.finish_connect(opened, 1);
+            let (longest_up, longest_down) = narrow_path(&mut net, LIMIT, fitted_by == "server", 1, 50);
+            assert_eq!(net.0.connection(client).unwrap().state(), State::Established, "{fitted_by}: the handshake is short");
+            let server = net.1.handles().next().unwrap();
+            let up = vec![3u8; 60_000];
+            let down = vec![4u8; 60_000];
+            assert_eq!(net.0.connection_mut(client).unwrap().write(&up).unwrap(), up.len());
+            assert_eq!(net.1.connection_mut(server).unwrap().write(&down).unwrap(), down.len());
+            let (u, d) = narrow_path(&mut net, LIMIT, false, 51, 2_000);
+            let (longest_up, longest_down) = (longest_up.max(u), longest_down.max(d));
+            let mut read = |ep: &mut Endpoint<u8>, h| {
+                let mut got = Vec::new();
+                let mut buf = vec![0u8; 65_536];
+                while let Ok(n) = ep.connection_mut(h).unwrap().read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    got.extend_from_slice(&buf[..n]);
+                }
+                got
+            };
+            let (at_server, at_client) = (read(&mut net.1, server), read(&mut net.0, client));
+            if fitted_by == "nobody" {
+                assert!(longest_up > LIMIT && at_server.is_empty(), "untold, full-sized packets are sent and lost: the test's path is narrow");
+                continue;
+            }
+            assert!(longest_up <= LIMIT && longest_down <= LIMIT, "{fitted_by}, {redundancy}: {longest_up} B up, {longest_down} B down");
+            assert!(longest_up > LIMIT - 64, "{fitted_by}: packets still fill what the path carries ({longest_up} B)");
+            assert!(at_server == up && at_client == down, "{fitted_by}, {redundancy}: {} and {} B crossed", at_server.len(), at_client.len());
+        }
     }
 
     /// Plaintext endpoints whose connections send by a fixed window and without repairs,
