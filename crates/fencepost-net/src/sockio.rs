@@ -33,8 +33,24 @@ pub(crate) fn try_send(udp: &UdpSocketState, socket: &impl AsFd, v6: bool, conne
         // SAFETY: the buffer and the address outlive the call, their lengths are theirs.
         return uninterrupted(|| unsafe { libc::sendto(fd, contents.as_ptr().cast(), contents.len(), 0, to.as_ptr().cast(), to.len()) }).map(drop);
     }
+    let sent = udp.try_send(socket.into(), transmit);
+    #[cfg(target_os = "linux")]
+    if let (Err(e), Some(segment)) = (&sent, transmit.segment_size) {
+        // The kernel refuses a GSO send whose segments exceed what the route carries (an
+        // IPv6 route an ICMPv6 "packet too big" narrowed after the connection's packets were
+        // sized): sent one by one, each is fragmented instead, and the connection goes on.
+        // (A full socket buffer part way has the caller send the batch again once there is
+        // room: the first few arrive twice, which the receiver counts and drops.)
+        if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::EMSGSIZE | libc::EIO)) {
+            for datagram in transmit.contents.chunks(segment) {
+                let one = Transmit { destination: transmit.destination, ecn: transmit.ecn, contents: datagram, segment_size: None, src_ip: transmit.src_ip };
+                try_send(udp, socket, v6, connected_to, &one)?;
+            }
+            return Ok(());
+        }
+    }
     let _ = (v6, connected_to);
-    udp.try_send(socket.into(), transmit)
+    sent
 }
 
 /// `addr` as a socket bound to an IPv6 address (if `v6`) names it: the transport names
