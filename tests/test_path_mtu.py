@@ -1,0 +1,109 @@
+"""fencepost over routes narrower than a 1500-byte IPv4 packet, between network
+namespaces: a link with a small MTU at either end (a tunnel, a 1280-byte IPv6 link) and
+one further on, between two routers, over IPv4 and IPv6. Each transfer was 0 bytes before
+packets were fitted to the route (docs/protocol.md, "Packet size and the path"). Needs
+root and iproute2 (`make lab-deps`)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
+
+BIN = Path(sys.executable).parent
+
+
+def ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=20)
+
+
+class Path_:
+    """Namespaces joined by veth pairs into a line: client, the routers, server. Links are
+    (MTU) in order; with one link the ends are joined directly."""
+
+    def __init__(self, mtus: list[int]):
+        tag = f"fpm{os.getpid() % 100000}"
+        self.names = [f"{tag}c"] + [f"{tag}r{i}" for i in range(len(mtus) - 1)] + [f"{tag}s"]
+        self.mtus = mtus
+
+    def __enter__(self):
+        try:
+            self._build()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def _build(self):
+        for n in self.names:
+            ip("netns", "add", n)
+            ip("-n", n, "link", "set", "lo", "up")
+        # Link i joins names[i] (address .1) and names[i+1] (.2), on 10.77.i.0/24 and fd77:i::/64.
+        for i, mtu in enumerate(self.mtus):
+            left, right = self.names[i], self.names[i + 1]
+            ip("link", "add", f"l{i}a", "netns", left, "type", "veth", "peer", "name", f"l{i}b", "netns", right)
+            for ns, dev, host in ((left, f"l{i}a", 1), (right, f"l{i}b", 2)):
+                ip("-n", ns, "addr", "add", f"10.77.{i}.{host}/24", "dev", dev)
+                ip("-n", ns, "-6", "addr", "add", f"fd77:{i}::{host}/64", "dev", dev, "nodad")
+                ip("-n", ns, "link", "set", dev, "mtu", str(mtu), "up")
+        last = len(self.mtus) - 1
+        for k, ns in enumerate(self.names):
+            if 0 < k < len(self.names) - 1:
+                subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"],
+                               check=True, timeout=20)
+            # Every other subnet lies left or right of this namespace: route it that way.
+            for i in range(len(self.mtus)):
+                if i < k - 1:
+                    via4, via6 = f"10.77.{k - 1}.1", f"fd77:{k - 1}::1"
+                elif i > k:
+                    via4, via6 = f"10.77.{k}.2", f"fd77:{k}::2"
+                else:
+                    continue
+                ip("-n", ns, "route", "add", f"10.77.{i}.0/24", "via", via4)
+                ip("-n", ns, "-6", "route", "add", f"fd77:{i}::/64", "via", via6)
+        self.server4, self.server6 = f"10.77.{last}.2", f"fd77:{last}::2"
+
+    def __exit__(self, *exc):
+        for n in self.names:
+            subprocess.run(["ip", "netns", "del", n], capture_output=True, timeout=20)
+
+    def run(self, ns: str, *args: str, **kw) -> subprocess.Popen:
+        return subprocess.Popen(["ip", "netns", "exec", ns, str(BIN / "fencepost"), *args], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, **kw)
+
+
+@pytest.mark.parametrize("family", ["4", "6"])
+@pytest.mark.parametrize("mtus", [[1280], [1500, 1280, 1500]], ids=["narrow link between the ends", "narrow link between two routers"])
+def test_a_transfer_crosses_a_route_narrower_than_ethernet(family, mtus):
+    assert shutil.which("ip"), "iproute2 missing (run `make lab-deps` as root)"
+    with Path_(mtus) as path:
+        server = f"[{path.server6}]:5201" if family == "6" else f"{path.server4}:5201"
+        sink = path.run(path.names[-1], "serve", server)
+        try:
+            first = sink.stdout.readline()
+            assert "listening" in first, first + sink.stderr.read()
+            # 5 MB: a few thousand full-sized packets, every one longer than the narrow link
+            # carries unless it was fitted to it.
+            sender = path.run(path.names[0], "send", server, "--bytes", "5MB")
+            try:
+                out, err = sender.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                sender.kill()
+                out, err = sender.communicate()
+                pytest.fail(f"the transfer did not finish in 60 s:\n{out[-1500:]}{err[-500:]}")
+            assert sender.returncode == 0, out[-1500:] + err
+            assert "SHA-256 match" in out, out[-1500:]
+        finally:
+            sink.send_signal(signal.SIGTERM)
+            try:
+                sink.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                sink.kill()
+                sink.communicate()
