@@ -1324,7 +1324,7 @@ mod tests {
             assert_eq!(net.1.connection_mut(server).unwrap().write(&down).unwrap(), down.len());
             let (u, d) = narrow_path(&mut net, LIMIT, false, 51, 2_000);
             let (longest_up, longest_down) = (longest_up.max(u), longest_down.max(d));
-            let mut read = |ep: &mut Endpoint<u8>, h| {
+            let read = |ep: &mut Endpoint<u8>, h| {
                 let mut got = Vec::new();
                 let mut buf = vec![0u8; 65_536];
                 while let Ok(n) = ep.connection_mut(h).unwrap().read(&mut buf) {
