@@ -126,7 +126,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                  f" (receiving connections' windows held after {s.get('socket_overflows', 0):,} such overflows)"
                  if kernel is not None else "")
               + f"; sent without a connection: {s['retries_sent']:,} retries and {s['stateless_resets_sent']:,} stateless resets "
-              f"({s['stateless_bytes_sent']:,} bytes)", file=sys.stderr)
+              f"({s['stateless_bytes_sent']:,} bytes); peers followed to a new address {s.get('peer_address_changes', 0):,}", file=sys.stderr)
         return 0
 
 

@@ -757,6 +757,12 @@ impl Connection {
 
     // ---- getters ----
 
+    /// See [`crate::PacketProtection::opened_up_to`]: rises when a packet of the peer's
+    /// opens that is newer than any before it.
+    pub fn opened_up_to(&self) -> u64 {
+        self.protection.opened_up_to()
+    }
+
     pub fn side(&self) -> Side {
         self.side
     }

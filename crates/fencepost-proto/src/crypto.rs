@@ -709,6 +709,10 @@ impl AeadProtection {
 }
 
 impl PacketProtection for AeadProtection {
+    fn opened_up_to(&self) -> u64 {
+        self.replay.expected()
+    }
+
     fn overhead(&self) -> usize {
         PROTECTION_OVERHEAD
     }

@@ -107,6 +107,9 @@ pub struct EndpointStats {
     /// Socket overflows while most datagrams went to no connection (a flood): no window
     /// was held for them.
     pub socket_overflows_in_floods: u64,
+    /// Connections whose peer's packets came from a new address and were followed there
+    /// (see [`Endpoint::handle_datagram`]: a NAT that gave the peer a new port).
+    pub peer_address_changes: u64,
 }
 
 impl EndpointStats {
@@ -133,6 +136,9 @@ pub enum DatagramEvent<A> {
 enum Routed<A> {
     /// To this connection.
     Deliver(u32),
+    /// To this connection, from an address other than its peer's: a sealed packet, which
+    /// moves the connection to that address if it opens as the peer's newest.
+    Moved(u32, A),
     /// Nowhere further: this is what it led to.
     Done(Option<DatagramEvent<A>>),
 }
@@ -652,6 +658,7 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
     pub fn handle_datagram(&mut self, now: Instant, remote: A, datagram: &[u8], buf: &mut [u8]) -> Option<DatagramEvent<A>> {
         match self.route(now, remote, datagram, buf) {
             Routed::Deliver(cid) => self.deliver(cid, |c| c.handle_datagram(now, datagram)),
+            Routed::Moved(cid, remote) => self.deliver_moved(cid, remote, |c| c.handle_datagram(now, datagram)),
             Routed::Done(event) => event,
         }
     }
@@ -662,6 +669,7 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
     pub fn handle_datagram_in_place(&mut self, now: Instant, remote: A, datagram: &mut [u8], buf: &mut [u8]) -> Option<DatagramEvent<A>> {
         match self.route(now, remote, datagram, buf) {
             Routed::Deliver(cid) => self.deliver(cid, |c| c.handle_datagram_in_place(now, datagram)),
+            Routed::Moved(cid, remote) => self.deliver_moved(cid, remote, |c| c.handle_datagram_in_place(now, datagram)),
             Routed::Done(event) => event,
         }
     }
@@ -695,6 +703,12 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
                 return Routed::Done(self.stateless_reset(&header, datagram.len(), remote, buf));
             };
             if entry.remote != remote {
+                // A sealed packet proves itself when it opens; handshakes and resets are
+                // taken from the connection's own address only.
+                let sealed = !matches!(header.packet_type, PacketType::Handshake | PacketType::StatelessReset);
+                if sealed && header.version == wire::VERSION_2 && entry.connection.state() == crate::State::Established {
+                    return Routed::Moved(header.dst_cid, remote);
+                }
                 self.stats.wrong_address += 1;
                 return Routed::Done(None);
             }
@@ -777,6 +791,32 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
             self.touched.push(cid);
         }
         Some(DatagramEvent::Connection(ConnectionHandle(cid)))
+    }
+
+    /// Delivers a sealed packet that came from an address other than the connection's
+    /// peer's. If it opens as the newest packet the peer has sent (authenticated, not a
+    /// replay, numbered above every packet before it), the peer is now at that address: a
+    /// NAT on its way gave it a new port or address (its mapping expired in a pause longer
+    /// than the NAT keeps one, or the NAT restarted), and everything the connection sends
+    /// goes there from now on. A packet that only came late from the old address, or does
+    /// not open, moves nothing (and is counted as from the wrong address); what an
+    /// authenticated one carries is the peer's all the same, and is taken.
+    fn deliver_moved(&mut self, cid: u32, remote: A, handle: impl FnOnce(&mut Connection)) -> Option<DatagramEvent<A>> {
+        let before = self.connections.get(&cid)?.connection.opened_up_to();
+        let event = self.deliver(cid, handle);
+        let Some(entry) = self.connections.get_mut(&cid) else { return event };
+        if entry.connection.opened_up_to() <= before {
+            self.stats.wrong_address += 1;
+            return event;
+        }
+        let old = std::mem::replace(&mut entry.remote, remote.clone());
+        if entry.peer_known {
+            let peer_cid = entry.connection.peer_cid();
+            self.by_peer.remove(&(old, peer_cid));
+            self.by_peer.insert((remote, peer_cid), cid);
+        }
+        self.stats.peer_address_changes += 1;
+        event
     }
 
     /// Asks a client to prove its address, keeping nothing: the token says who it was given to.
@@ -1452,6 +1492,52 @@ mod tests {
         let mut buf = vec![0u8; 2048];
         let (_, t) = ep.poll_transmit(now, &mut buf).expect("something to send");
         buf[..t.size].to_vec()
+    }
+
+    /// A NAT gave the client a new port: its next packet, the newest it sent, comes from a
+    /// new address, and the server follows it there. A packet that does not open, a replay
+    /// and a late packet from the old address move nothing (a late one's data is still
+    /// taken); a plaintext connection, whose packets prove nothing, keeps its address.
+    #[test]
+    fn a_connection_follows_its_peer_to_a_new_address_on_its_newest_authenticated_packet() {
+        let t = Instant::from_millis(1);
+        let mut net = pair(10);
+        let client = established(&mut net, t);
+        let server = net.1.handles().next().unwrap();
+        assert_eq!(net.1.remote(server), Some(&0));
+        net.0.connection_mut(client).unwrap().write(b"first").unwrap();
+        let first = next_datagram(&mut net.0, t);
+        net.0.connection_mut(client).unwrap().write(b"second").unwrap();
+        let second = next_datagram(&mut net.0, t);
+        // Sealed but not by the client: a byte of the tag changed.
+        let mut forged = second.clone();
+        *forged.last_mut().unwrap() ^= 1;
+        net.1.handle_datagram(t, 9, &forged, &mut []);
+        assert_eq!((net.1.remote(server), net.1.stats().peer_address_changes, net.1.stats().wrong_address), (Some(&0), 0, 1));
+        net.1.handle_datagram(t, 7, &second, &mut []);
+        assert_eq!((net.1.remote(server), net.1.stats().peer_address_changes), (Some(&7), 1));
+        // The older packet arrives late from the old address: taken, but no move back.
+        net.1.handle_datagram(t, 0, &first, &mut []);
+        assert_eq!((net.1.remote(server), net.1.stats().peer_address_changes, net.1.stats().wrong_address), (Some(&7), 1, 2));
+        // A copy of the newest from elsewhere is a replay.
+        net.1.handle_datagram(t, 5, &second, &mut []);
+        assert_eq!((net.1.remote(server), net.1.stats().peer_address_changes, net.1.stats().wrong_address), (Some(&7), 1, 3));
+        let mut buf = vec![0u8; 64];
+        let n = net.1.connection_mut(server).unwrap().read(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"firstsecond");
+        // What the server sends now goes to the new address.
+        net.1.handle_timeout(t + Duration::from_millis(30));
+        let mut out = vec![0u8; 2048];
+        let (to, _) = net.1.poll_transmit(t + Duration::from_millis(30), &mut out).expect("the server acks");
+        assert_eq!(to, 7);
+
+        let mut plain = pair_with(TransportConfig::default().insecure(), 10);
+        let client = established(&mut plain, t);
+        let server = plain.1.handles().next().unwrap();
+        plain.0.connection_mut(client).unwrap().write(b"anyone").unwrap();
+        let datagram = next_datagram(&mut plain.0, t);
+        plain.1.handle_datagram(t, 7, &datagram, &mut []);
+        assert_eq!((plain.1.remote(server), plain.1.stats().peer_address_changes, plain.1.stats().wrong_address), (Some(&0), 0, 1));
     }
 
     /// A connect in three steps (the Initial written away from the endpoint) makes the

@@ -66,6 +66,15 @@ pub trait PacketProtection: fmt::Debug + Send {
         self.open(datagram, scratch)
     }
 
+    /// One more than the highest packet number this protection has opened (0: none yet,
+    /// or a protection that numbers nothing). A packet that raises it is the newest of the
+    /// peer's that arrived, authenticated and not a replay: an endpoint takes the address
+    /// it came from as the peer's own (a NAT that gave the peer a new port). A protection
+    /// that cannot tell leaves it at 0, and its connections keep their first address.
+    fn opened_up_to(&self) -> u64 {
+        0
+    }
+
     fn name(&self) -> &str;
 }
 
