@@ -1,11 +1,14 @@
-"""fencepost over routes narrower than a 1500-byte IPv4 packet, between network
-namespaces: a link with a small MTU at either end (a tunnel, a 1280-byte IPv6 link) and
-one further on, between two routers, over IPv4 and IPv6. Each transfer was 0 bytes before
-packets were fitted to the route (docs/protocol.md, "Packet size and the path"). Needs
-root and iproute2 (`make lab-deps`)."""
+"""fencepost over awkward routes between network namespaces: routes narrower than a
+1500-byte IPv4 packet (a link with a small MTU at either end, as a tunnel or a 1280-byte
+IPv6 link has, and one further on, between two routers, over IPv4 and IPv6), where each
+transfer was 0 bytes before packets were fitted to the route (docs/protocol.md, "Packet
+size and the path"); and a NAT that gives the client a new port after a pause, which
+left the connection dropping every packet as from the wrong address (docs/protocol.md,
+"Connection ids"). Needs root, iproute2 and iptables (`make lab-deps`)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -107,3 +110,53 @@ def test_a_transfer_crosses_a_route_narrower_than_ethernet(family, mtus):
             except subprocess.TimeoutExpired:
                 sink.kill()
                 sink.communicate()
+
+
+NAT_CLIENT = r"""
+import sys, time, fencepost
+host, port, pause = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+with fencepost.connect((host, port), timeout=5) as s:
+    for round in range(3):
+        message = bytes([round]) * 100_000
+        s.sendall(message)
+        got = b""
+        while len(got) < len(message):
+            chunk = s.recv(65536)
+            assert chunk, "the echo closed"
+            got += chunk
+        assert got == message
+        print(f"round {round} echoed", flush=True)
+        time.sleep(pause)
+"""
+
+
+def test_a_connection_follows_its_client_through_a_nat_that_gives_it_a_new_port():
+    assert shutil.which("iptables"), "iptables missing (run `make lab-deps` as root)"
+    with Path_([1500, 1500]) as path:
+        router = path.names[1]
+        # The router masquerades the client behind its own address, a random port for each
+        # new mapping, and forgets a mapping after a second without packets: each pause
+        # below, longer than that and shorter than the keepalive, ends with a new port.
+        subprocess.run(["ip", "netns", "exec", router, "iptables", "-t", "nat", "-A", "POSTROUTING", "-o", "l1a", "-j", "MASQUERADE", "--random"],
+                       check=True, timeout=20)
+        subprocess.run(["ip", "netns", "exec", router, "sysctl", "-qw", "net.netfilter.nf_conntrack_udp_timeout=1",
+                        "net.netfilter.nf_conntrack_udp_timeout_stream=1"], check=True, timeout=20)
+        echo = path.run(path.names[-1], "serve", "--echo", "--json", f"{path.server4}:5201")
+        try:
+            first = echo.stdout.readline()
+            assert "listening" in first, first + echo.stderr.read()
+            client = subprocess.run(["ip", "netns", "exec", path.names[0], sys.executable, "-c", NAT_CLIENT, path.server4, "5201", "2.5"],
+                                    capture_output=True, text=True, timeout=60)
+        finally:
+            echo.send_signal(signal.SIGTERM)
+            try:
+                out, err = echo.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                echo.kill()
+                out, err = echo.communicate()
+        assert client.returncode == 0, client.stdout + client.stderr[-1500:]
+        assert client.stdout.count("echoed") == 3
+        stats = [json.loads(line)["endpoint"] for line in out.splitlines() if line.startswith('{"endpoint"')]
+        assert stats, out[-1000:] + err[-1000:]
+        # Three pauses, three new ports (the last one before the close).
+        assert stats[-1]["peer_address_changes"] >= 2, stats[-1]
