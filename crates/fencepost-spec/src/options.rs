@@ -208,7 +208,7 @@ pub static OPTIONS: &[OptionSpec] = &[
     option("flows", Scope::Run, Kind::Count, "N", "", "short for --topology dumbbell:N", SIMULATED),
     option("scenario", Scope::Run, Kind::Path, "FILE", "", "a scenario file (TOML): hosts, links, flows and events of any topology", SIMULATED),
     option("seed", Scope::Run, Kind::Count, "N", "1", "seed for every random choice of the run", &[Sim, EchoBench]),
-    option("timeout", Scope::Run, Kind::Duration, "DURATION", "3600s", "bound on the run's virtual time", SIMULATED),
+    option("timeout", Scope::Run, Kind::Duration, "DURATION", "3600s", "bound on the run's virtual time (given none, at least twice the latest end of a timed flow)", SIMULATED),
     option("series", Scope::Run, Kind::Duration, "DURATION", "0s", "record each flow's goodput every DURATION of virtual time (0s: off)", SIMULATED),
     option("interval", Scope::Run, Kind::Duration, "DURATION", "1s", "report every", &[Send]),
     option("parallel", Scope::Run, Kind::Count, "N", "1", "streams (connections) at once, each reported on its own and summed; a --bytes total is split among them", &[Send]),

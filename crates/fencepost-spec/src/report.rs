@@ -362,6 +362,9 @@ impl RunReport {
         }
         let verdict = if r.integrity_ok {
             "integrity OK (every byte as sent)".to_string()
+        } else if r.bytes_expected == 0 {
+            // A timed flow: how much it was to send is known only once it closes.
+            format!("INCOMPLETE: {} B delivered", thousands(r.bytes_delivered))
         } else {
             format!("INCOMPLETE: {} of {} B", thousands(r.bytes_delivered), thousands(r.bytes_expected))
         };

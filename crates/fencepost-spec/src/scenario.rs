@@ -30,6 +30,15 @@ pub enum Workload {
 }
 
 impl Workload {
+    /// How long the client sends for, if the workload is timed rather than counted.
+    pub fn duration(&self) -> Option<Duration> {
+        match self {
+            Workload::Bulk { duration, .. } => *duration,
+            Workload::Echo { .. } => None,
+            Workload::Stream { duration, .. } => Some(*duration),
+        }
+    }
+
     pub fn name(&self) -> &'static str {
         match self {
             Workload::Bulk { .. } => "bulk",
@@ -226,7 +235,17 @@ impl Scenario {
         };
         let mut options = describe_options(&given, &topology);
         options.insert("seed".into(), seed.to_string());
-        Ok(Scenario { topology, seed, timeout: Duration::from_micros(timeout), header_overhead: 28, series: Duration::from_micros(series), options })
+        let mut timeout = Duration::from_micros(timeout);
+        if given.get("timeout").is_none() {
+            // The default bound must not cut a timed flow short: `--time 80m` ran into 3600 s
+            // and was reported INCOMPLETE. Twice the latest timed end leaves it room to close.
+            let latest = topology.flows.iter().filter_map(|f| f.workload.duration().map(|d| f.start + d)).max().unwrap_or(Duration::ZERO);
+            if latest + latest > timeout {
+                timeout = latest + latest;
+                options.insert("timeout".into(), format!("{}s", timeout.as_secs_f64()));
+            }
+        }
+        Ok(Scenario { topology, seed, timeout, header_overhead: 28, series: Duration::from_micros(series), options })
     }
 
     pub fn flows(&self) -> &[FlowSpec] {
@@ -618,6 +637,23 @@ mod tests {
         assert!(e.to_string().starts_with("--cc: given 3 times for 2 flow(s)"), "{e}");
         let e = build(&[("bytes", "1MB"), ("time", "3s")]).unwrap_err();
         assert!(e.to_string().contains("not both"), "{e}");
+    }
+
+    /// `--time 80m` ran into the default bound of an hour and was reported INCOMPLETE: the
+    /// default now covers twice the latest timed end; a bound given is kept as given.
+    #[test]
+    fn the_default_bound_leaves_a_long_timed_flow_room_to_close() {
+        let hour = Duration::from_secs(3600);
+        assert_eq!(build(&[("time", "10s")]).unwrap().timeout, hour);
+        let long = build(&[("time", "80m")]).unwrap();
+        assert_eq!(long.timeout, Duration::from_secs(9600));
+        assert_eq!(long.options["timeout"], "9600s");
+        let late = build(&[("flows", "2"), ("time", "10m"), ("time", "40m"), ("start", "0s"), ("start", "20m")]).unwrap();
+        assert_eq!(late.timeout, Duration::from_secs(2 * 3600));
+        let stream = build(&[("workload", "stream"), ("time", "45m")]).unwrap();
+        assert_eq!(stream.timeout, Duration::from_secs(5400));
+        let given = build(&[("time", "80m"), ("timeout", "100m")]).unwrap();
+        assert_eq!(given.timeout, Duration::from_secs(6000));
     }
 
     #[test]
