@@ -79,7 +79,10 @@ pub struct EndpointStats {
     pub malformed: u64,
     /// Named a connection id this endpoint does not have.
     pub unknown_connection: u64,
-    /// Named a connection of ours but came from another address.
+    /// Named a connection of ours but came from another address, and did not move it
+    /// there (see `peer_address_changes`): dropped, except a protected connection's packet
+    /// that opened but was not the peer's newest (one that came late from an old address),
+    /// whose content is the peer's and is taken.
     pub wrong_address: u64,
     /// A handshake this endpoint does not take (not a server, full, or the application said no).
     pub refused: u64,
