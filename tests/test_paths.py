@@ -160,3 +160,35 @@ def test_a_connection_follows_its_client_through_a_nat_that_gives_it_a_new_port(
         assert stats, out[-1000:] + err[-1000:]
         # Three pauses, three new ports (the last one before the close).
         assert stats[-1]["peer_address_changes"] >= 2, stats[-1]
+
+
+@pytest.mark.parametrize("family", ["4", "6"])
+def test_a_client_reaches_a_wildcard_server_through_its_second_address(family):
+    """A server bound to 0.0.0.0 (or [::]) answers from the address its route prefers; a
+    client that connected to the host's second address heard its answers from the first,
+    dropped them as from the wrong address, and timed out."""
+    with Path_([1500]) as path:
+        server_ns, dev = path.names[-1], "l0b"
+        second, wildcard, client_ip = ("fd77:0::3", "[::]:5201", "fd77:0::1") if family == "6" else ("10.77.0.3", "0.0.0.0:5201", "10.77.0.1")
+        ip("-n", server_ns, "addr", "add", f"{second}/{64 if family == '6' else 24}", "dev", dev, *(["nodad"] if family == "6" else []))
+        route = subprocess.run(["ip", "-n", server_ns, "route", "get", client_ip], capture_output=True, text=True, check=True).stdout
+        assert f"src {second} " not in route, f"the answers would come from the address connected to, which tests nothing: {route}"
+        target = f"[{second}]:5201" if family == "6" else f"{second}:5201"
+        sink = path.run(server_ns, "serve", wildcard)
+        try:
+            first = sink.stdout.readline()
+            assert "listening" in first, first + sink.stderr.read()
+            sender = path.run(path.names[0], "send", target, "--bytes", "2MB")
+            try:
+                out, err = sender.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                sender.kill()
+                out, err = sender.communicate()
+            assert sender.returncode == 0 and "SHA-256 match" in out, out[-1500:] + err[-1500:]
+        finally:
+            sink.send_signal(signal.SIGTERM)
+            try:
+                sink.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                sink.kill()
+                sink.communicate()

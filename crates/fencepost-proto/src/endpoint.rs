@@ -712,6 +712,14 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
                 if sealed && header.version == wire::VERSION_2 && entry.connection.state() == crate::State::Established {
                     return Routed::Moved(header.dst_cid, remote);
                 }
+                // A server bound to a wildcard address answers from the address its route
+                // prefers, which need not be the one the client sent to (a second address
+                // on its interface, an IPv6 host's temporary one): a client follows an
+                // Accept that authenticates (its Noise message) from there.
+                let answer = header.packet_type == PacketType::Handshake && header.version == wire::VERSION_2;
+                if answer && entry.connection.side() == crate::Side::Client && entry.connection.state() == crate::State::Handshake {
+                    return Routed::Moved(header.dst_cid, remote);
+                }
                 self.stats.wrong_address += 1;
                 return Routed::Done(None);
             }
@@ -804,11 +812,19 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
     /// goes there from now on. A packet that only came late from the old address, or does
     /// not open, moves nothing (and is counted as from the wrong address); what an
     /// authenticated one carries is the peer's all the same, and is taken.
+    ///
+    /// A client's handshake answered from another address moves it there when that answer
+    /// is the Accept and completes the handshake (a Retry from there is taken, unproven as
+    /// every Retry is, and moves nothing).
     fn deliver_moved(&mut self, cid: u32, remote: A, handle: impl FnOnce(&mut Connection)) -> Option<DatagramEvent<A>> {
-        let before = self.connections.get(&cid)?.connection.opened_up_to();
+        let (before, handshaking) = {
+            let c = &self.connections.get(&cid)?.connection;
+            (c.opened_up_to(), c.state() == crate::State::Handshake)
+        };
         let event = self.deliver(cid, handle);
         let Some(entry) = self.connections.get_mut(&cid) else { return event };
-        if entry.connection.opened_up_to() <= before {
+        let accepted = handshaking && entry.connection.state() == crate::State::Established;
+        if entry.connection.opened_up_to() <= before && !accepted {
             self.stats.wrong_address += 1;
             return event;
         }
@@ -1541,6 +1557,53 @@ mod tests {
         let datagram = next_datagram(&mut plain.0, t);
         plain.1.handle_datagram(t, 7, &datagram, &mut []);
         assert_eq!((plain.1.remote(server), plain.1.stats().peer_address_changes, plain.1.stats().wrong_address), (Some(&0), 0, 1));
+    }
+
+    /// A server bound to a wildcard address answers from the address its route prefers:
+    /// the client sent to address 1 and hears from address 2. It takes the Retry and the
+    /// Accept from there and moves to 2 with the Accept, and the transfer goes on; a
+    /// plaintext client, whose Accept proves nothing, takes nothing from 2.
+    #[test]
+    fn a_client_follows_a_handshake_answered_from_another_of_the_servers_addresses() {
+        let t = Instant::from_millis(1);
+        for protected in [true, false] {
+            let transport = if protected { TransportConfig::default() } else { TransportConfig::default().insecure() };
+            let mut net = pair_with(transport, 10);
+            let client = net.0.connect(t, 1);
+            let (mut buf, mut response) = (vec![0u8; 2048], [0u8; 64]);
+            for _ in 0..4 {
+                while let Some((to, tx)) = net.0.poll_transmit(t, &mut buf) {
+                    let handshaking = net.0.connection(client).unwrap().state() == State::Handshake;
+                    assert!(!handshaking || to == 1, "the client sends to the address it was given until it moves");
+                    match net.1.handle_datagram(t, 0, &buf[..tx.size], &mut response) {
+                        Some(DatagramEvent::NewConnection(incoming)) => {
+                            let _ = net.1.accept(incoming);
+                        }
+                        Some(DatagramEvent::Response { transmit, .. }) => {
+                            net.0.handle_datagram(t, 2, &response[..transmit.size], &mut []);
+                        }
+                        _ => {}
+                    }
+                }
+                while let Some((_, tx)) = net.1.poll_transmit(t, &mut buf) {
+                    net.0.handle_datagram(t, 2, &buf[..tx.size], &mut response);
+                }
+            }
+            let state = net.0.connection(client).unwrap().state();
+            if !protected {
+                assert_eq!((state, net.0.remote(client), net.0.stats().peer_address_changes), (State::Handshake, Some(&1), 0));
+                continue;
+            }
+            assert_eq!((state, net.0.remote(client), net.0.stats().peer_address_changes), (State::Established, Some(&2), 1));
+            assert!(net.0.stats().retries_sent == 0 && net.1.stats().retries_sent >= 1, "the Retry came from address 2 too");
+            net.0.connection_mut(client).unwrap().write(b"through the other address").unwrap();
+            let (to, tx) = net.0.poll_transmit(t, &mut buf).unwrap();
+            assert_eq!(to, 2);
+            net.1.handle_datagram(t, 0, &buf[..tx.size], &mut response);
+            let server = net.1.handles().next().unwrap();
+            let n = net.1.connection_mut(server).unwrap().read(&mut buf).unwrap();
+            assert_eq!(&buf[..n], b"through the other address");
+        }
     }
 
     /// A connect in three steps (the Initial written away from the endpoint) makes the
