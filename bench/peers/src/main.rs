@@ -65,6 +65,20 @@ struct Args {
     current_thread: bool,
 }
 
+/// Where a client binds to reach `server`: its loopback address for a loopback server (as
+/// every bench here runs), else any address of its family, so that the peers also run
+/// between namespaces and hosts, over IPv4 or IPv6.
+fn local_for(server: std::net::SocketAddr) -> std::net::SocketAddr {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    let ip: IpAddr = match (server.ip().is_loopback(), server.is_ipv6()) {
+        (true, false) => Ipv4Addr::LOCALHOST.into(),
+        (true, true) => Ipv6Addr::LOCALHOST.into(),
+        (false, false) => Ipv4Addr::UNSPECIFIED.into(),
+        (false, true) => Ipv6Addr::UNSPECIFIED.into(),
+    };
+    std::net::SocketAddr::new(ip, 0)
+}
+
 fn usage(why: &str) -> ! {
     eprintln!("peers: {why}\nusage: peers server|client fencepost|quinn|tcp|udp ADDR [--bytes N | --pingpong N] [--echo] [--insecure] [--no-verify] [--redundancy-none] [--packet-size BYTES] [--cc SPEC] [--driver thread|task|inline [--busy-poll-us N] [--wait io-uring|epoll]] [--runtime multi|current] [--cert FILE]");
     std::process::exit(2);
@@ -280,7 +294,7 @@ async fn fencepost(args: &Args) -> Result<serde_json::Value> {
         fields["packets_dropped_for_room"] = dropped.into();
         return Ok(fields);
     }
-    let endpoint = Endpoint::bind("127.0.0.1:0".parse()?, EndpointConfig { driver: args.driver, ..EndpointConfig::client(transport) }).await?;
+    let endpoint = Endpoint::bind(local_for(args.addr), EndpointConfig { driver: args.driver, ..EndpointConfig::client(transport) }).await?;
     if let Some(bytes) = args.bytes {
         // Every connection from one client socket, all at once; the aggregate is the bytes
         // over the time from the first connect to the last receipt.
@@ -380,7 +394,7 @@ fn fencepost_inline(args: &Args) -> Result<serde_json::Value> {
         conn.close()?;
         return Ok(serde_json::json!({"bytes": bytes}));
     }
-    let endpoint = blocking::Endpoint::bind_waiting("127.0.0.1:0".parse()?, EndpointConfig::client(transport), args.waiting)?;
+    let endpoint = blocking::Endpoint::bind_waiting(local_for(args.addr), EndpointConfig::client(transport), args.waiting)?;
     endpoint.set_busy_poll(args.busy_poll);
     let mut conn = endpoint.connect(args.addr)?;
     let rtts = blocking_pingpong(&mut conn, args.pingpong.unwrap_or(1))?;
@@ -429,7 +443,7 @@ async fn quinn_peer(args: &Args) -> Result<serde_json::Value> {
     let der = std::fs::read(cert_path)?;
     let mut roots = rustls::RootCertStore::empty();
     roots.add(CertificateDer::from(der))?;
-    let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse()?)?;
+    let mut endpoint = quinn::Endpoint::client(local_for(args.addr))?;
     endpoint.set_default_client_config(quinn::ClientConfig::with_root_certificates(Arc::new(roots))?);
     let conn = endpoint.connect(args.addr, "localhost")?.await?;
     let (mut send, mut recv) = conn.open_bi().await?;
@@ -635,7 +649,7 @@ fn udp(args: &Args) -> Result<serde_json::Value> {
         }
         return Ok(bulk_fields(bytes, (last - first).as_secs_f64().max(1e-9)));
     }
-    let s = std::net::UdpSocket::bind("127.0.0.1:0")?;
+    let s = std::net::UdpSocket::bind(local_for(args.addr))?;
     s.connect(args.addr)?;
     if let Some(bytes) = args.bytes {
         let data = payload();

@@ -72,10 +72,11 @@ struct Deferred {
 /// Whether a client endpoint's socket is connected to its one peer: datagrams to it then
 /// leave by `send` on the socket's cached route instead of a route lookup in every
 /// `sendto` (about 0.9 µs per datagram on loopback here, 0.7 µs of a 64-byte ping-pong's
-/// round trip). A connected socket hears only its peer, so a second peer ends it for good.
+/// round trip). A connected socket hears only its peer, so a second peer ends it for good;
+/// it is connected once the handshake is done, to the address the server answered from.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Pin {
-    /// No connection opened yet.
+    /// No connection established yet.
     Unused,
     /// Connected to this peer (as the core names it: IPv4 peers in their IPv4 form).
     To(SocketAddr),
@@ -262,7 +263,16 @@ impl Io {
         NetError::EndpointClosed(why)
     }
 
-    /// Connects the socket to `peer`, the peer of a connection about to open, where that
+    /// Before a connection to `peer` opens: a socket connected to another peer (this is a
+    /// second one) goes back to unconnected for good, as `pin` would.
+    fn hold_pin(&self, peer: SocketAddr) -> Result<(), NetError> {
+        match self.pinned.get() {
+            Pin::To(pinned) if pinned != driver::normalize(peer) => self.pin(peer),
+            _ => Ok(()),
+        }
+    }
+
+    /// Connects the socket to `peer`, the peer of a connection just opened, where that
     /// is this client endpoint's only peer; back to unconnected for a second one.
     fn pin(&self, peer: SocketAddr) -> Result<(), NetError> {
         let peer = driver::normalize(peer);
@@ -480,7 +490,11 @@ impl Endpoint {
     /// Opens a connection and runs the handshake, for up to `EndpointConfig::connect_timeout`.
     pub fn connect(&self, addr: SocketAddr) -> Result<Connection, NetError> {
         let shared = &self.io.shared;
-        self.io.pin(addr)?;
+        // Pinned only once the handshake is done, to the address the server answered from:
+        // a server bound to a wildcard address may answer from another of its addresses
+        // (the connection then moves there), which a socket connected to `addr` would
+        // never hear.
+        self.io.hold_pin(addr)?;
         let handle = shared.open_connection(addr)?;
         self.io.touch();
         let connection = Connection { io: self.io.clone(), handle, remote: addr, read_timeout: None };
@@ -493,7 +507,11 @@ impl Endpoint {
             (conn.is_established() || conn.is_closed()).then_some(Ok(()))
         })?;
         match established {
-            Some(Ok(())) => Ok(connection),
+            Some(Ok(())) => {
+                let remote = shared.lock().proto.remote(handle).copied().unwrap_or(addr);
+                self.io.pin(remote)?;
+                Ok(connection)
+            }
             Some(Err(e)) => Err(e),
             None => {
                 connection.abort();
