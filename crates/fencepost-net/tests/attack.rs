@@ -283,6 +283,23 @@ async fn transfer(attack: bool) -> Outcome {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_on_path_attacker_changes_nothing() {
+    // The rate is compared within a pair of runs; a host busy elsewhere through one pair
+    // gets a second pair (a CI run saw the attacked transfer at 84 % of the undisturbed
+    // one's rate, 6.66 s against 5.60; alone, 106 %). Every pair must pass every other check.
+    let mut ratios = Vec::new();
+    for _ in 0..2 {
+        let ratio = attacked_against_calm().await;
+        if ratio >= 0.9 {
+            return;
+        }
+        ratios.push(ratio);
+    }
+    panic!("under attack the transfer kept less than 90 % of its rate in two pairs of runs: {ratios:.2?}");
+}
+
+/// One undisturbed transfer and one under attack; checks that every forgery was dropped and
+/// counted and nothing forged got in, and returns the attacked run's share of the rate.
+async fn attacked_against_calm() -> f64 {
     let calm = transfer(false).await;
     assert!(calm.intact);
     let attacked = transfer(true).await;
@@ -320,5 +337,5 @@ async fn an_on_path_attacker_changes_nothing() {
         attacked.forged_to_client,
         attacked.kernel_drops
     );
-    assert!(ratio >= 0.9, "under attack the transfer kept {:.0} % of its rate ({:.2} s vs {:.2} s)", ratio * 100.0, attacked.seconds, calm.seconds);
+    ratio
 }
