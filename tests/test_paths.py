@@ -8,6 +8,7 @@ left the connection dropping every packet as from the wrong address (docs/protoc
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -81,6 +82,35 @@ class Path_:
         return subprocess.Popen(["ip", "netns", "exec", ns, str(BIN / "fencepost"), *args], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, **kw)
 
+    @contextlib.contextmanager
+    def serving(self, *args: str):
+        """`fencepost serve ARGS` in the server's namespace, up before the body runs and
+        stopped (SIGTERM) after it; its output is left in `.output` as (stdout, stderr)."""
+        server = self.run(self.names[-1], "serve", *args)
+        try:
+            first = server.stdout.readline()
+            assert "listening" in first, first + server.stderr.read()
+            yield server
+        finally:
+            server.send_signal(signal.SIGTERM)
+            try:
+                server.output = server.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.output = server.communicate()
+
+    def send(self, target: str, size: str) -> tuple[int | None, str, str]:
+        """`fencepost send TARGET --bytes SIZE` from the client's namespace, for at most
+        60 s: its return code (None if it did not finish) and output."""
+        sender = self.run(self.names[0], "send", target, "--bytes", size)
+        try:
+            out, err = sender.communicate(timeout=60)
+            return sender.returncode, out, err
+        except subprocess.TimeoutExpired:
+            sender.kill()
+            out, err = sender.communicate()
+            return None, out, err
+
 
 @pytest.mark.parametrize("family", ["4", "6"])
 @pytest.mark.parametrize("mtus", [[1280], [1500, 1280, 1500]], ids=["narrow link between the ends", "narrow link between two routers"])
@@ -88,28 +118,14 @@ def test_a_transfer_crosses_a_route_narrower_than_ethernet(family, mtus):
     assert shutil.which("ip"), "iproute2 missing (run `make lab-deps` as root)"
     with Path_(mtus) as path:
         server = f"[{path.server6}]:5201" if family == "6" else f"{path.server4}:5201"
-        sink = path.run(path.names[-1], "serve", server)
-        try:
-            first = sink.stdout.readline()
-            assert "listening" in first, first + sink.stderr.read()
+        with path.serving(server):
             # 5 MB: a few thousand full-sized packets, every one longer than the narrow link
             # carries unless it was fitted to it.
-            sender = path.run(path.names[0], "send", server, "--bytes", "5MB")
-            try:
-                out, err = sender.communicate(timeout=60)
-            except subprocess.TimeoutExpired:
-                sender.kill()
-                out, err = sender.communicate()
+            code, out, err = path.send(server, "5MB")
+            if code is None:
                 pytest.fail(f"the transfer did not finish in 60 s:\n{out[-1500:]}{err[-500:]}")
-            assert sender.returncode == 0, out[-1500:] + err
+            assert code == 0, out[-1500:] + err
             assert "SHA-256 match" in out, out[-1500:]
-        finally:
-            sink.send_signal(signal.SIGTERM)
-            try:
-                sink.communicate(timeout=10)
-            except subprocess.TimeoutExpired:
-                sink.kill()
-                sink.communicate()
 
 
 NAT_CLIENT = r"""
@@ -141,19 +157,10 @@ def test_a_connection_follows_its_client_through_a_nat_that_gives_it_a_new_port(
                        check=True, timeout=20)
         subprocess.run(["ip", "netns", "exec", router, "sysctl", "-qw", "net.netfilter.nf_conntrack_udp_timeout=1",
                         "net.netfilter.nf_conntrack_udp_timeout_stream=1"], check=True, timeout=20)
-        echo = path.run(path.names[-1], "serve", "--echo", "--json", f"{path.server4}:5201")
-        try:
-            first = echo.stdout.readline()
-            assert "listening" in first, first + echo.stderr.read()
+        with path.serving("--echo", "--json", f"{path.server4}:5201") as echo:
             client = subprocess.run(["ip", "netns", "exec", path.names[0], sys.executable, "-c", NAT_CLIENT, path.server4, "5201", "2.5"],
                                     capture_output=True, text=True, timeout=60)
-        finally:
-            echo.send_signal(signal.SIGTERM)
-            try:
-                out, err = echo.communicate(timeout=10)
-            except subprocess.TimeoutExpired:
-                echo.kill()
-                out, err = echo.communicate()
+        out, err = echo.output
         assert client.returncode == 0, client.stdout + client.stderr[-1500:]
         assert client.stdout.count("echoed") == 3
         stats = [json.loads(line)["endpoint"] for line in out.splitlines() if line.startswith('{"endpoint"')]
@@ -174,21 +181,6 @@ def test_a_client_reaches_a_wildcard_server_through_its_second_address(family):
         route = subprocess.run(["ip", "-n", server_ns, "route", "get", client_ip], capture_output=True, text=True, check=True).stdout
         assert f"src {second} " not in route, f"the answers would come from the address connected to, which tests nothing: {route}"
         target = f"[{second}]:5201" if family == "6" else f"{second}:5201"
-        sink = path.run(server_ns, "serve", wildcard)
-        try:
-            first = sink.stdout.readline()
-            assert "listening" in first, first + sink.stderr.read()
-            sender = path.run(path.names[0], "send", target, "--bytes", "2MB")
-            try:
-                out, err = sender.communicate(timeout=60)
-            except subprocess.TimeoutExpired:
-                sender.kill()
-                out, err = sender.communicate()
-            assert sender.returncode == 0 and "SHA-256 match" in out, out[-1500:] + err[-1500:]
-        finally:
-            sink.send_signal(signal.SIGTERM)
-            try:
-                sink.communicate(timeout=10)
-            except subprocess.TimeoutExpired:
-                sink.kill()
-                sink.communicate()
+        with path.serving(wildcard):
+            code, out, err = path.send(target, "2MB")
+            assert code == 0 and "SHA-256 match" in out, out[-1500:] + err[-1500:]

@@ -351,9 +351,13 @@ pub struct PendingConnect {
 /// `config`, its payload fitted to datagrams of `datagram` bytes: the same configuration
 /// where it fits already (a loopback or Ethernet route), else a copy of it.
 fn fitted(config: &Arc<TransportConfig>, datagram: usize) -> Arc<TransportConfig> {
+    let payload = crate::config::payload_fitting(datagram, config.protection.overhead(), &config.redundancy);
+    if payload >= config.max_payload {
+        return config.clone();
+    }
     let mut fit = TransportConfig::clone(config);
     fit.fit_datagram(datagram);
-    if fit.max_payload == config.max_payload { config.clone() } else { Arc::new(fit) }
+    Arc::new(fit)
 }
 
 impl PendingConnect {
