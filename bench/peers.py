@@ -165,6 +165,8 @@ def main() -> int:
             rate = spread([r["client"]["gbit_per_s"] for r in ok])
             retx = [r["client"]["retransmissions"] for r in ok]
             timeouts = [r["client"]["retransmission_timeouts"] for r in ok]
+            # Timeouts on a path that had lost nothing lately probe with new data: no resend.
+            new_data_probes = [r["client"].get("timeouts_probed_with_new_data", 0) for r in ok]
             spurious = [r["client"]["spurious_retransmissions"] for r in ok]
             # Each connection acks for itself, so many connections make more acks per byte.
             per_ack = [round(r["client"]["data_packets_sent"] / r["client"]["acks_received"], 1) for r in ok if r["client"].get("acks_received")]
@@ -172,10 +174,11 @@ def main() -> int:
             # than the rate does, so it shows what many connections cost with fewer runs.
             cpu = spread([(r["client"]["cpu_s"] + r["server"]["cpu_s"]) / (r["client"]["bytes"] / 1e9) for r in ok if r["client"].get("bytes")])
             results["connections"][k] = {"gbit_per_s": rate, "cpu_s_per_gb": cpu, "retransmissions": retx, "retransmission_timeouts": timeouts,
+                                         "timeouts_probed_with_new_data": new_data_probes,
                                          "spurious_retransmissions": spurious, "data_packets_per_ack": per_ack, "failed": len(rs) - len(ok), "runs": rs}
             print(f"  {k:4d} connection(s): aggregate {rate.get('min', float('nan')):6.2f} {rate.get('median', float('nan')):6.2f} {rate.get('max', float('nan')):6.2f} Gbit/s"
                   f"  CPU s/GB (both ends) {cpu.get('min', float('nan')):.2f} {cpu.get('median', float('nan')):.2f} {cpu.get('max', float('nan')):.2f}"
-                  f"  retransmissions {retx} (timeouts {timeouts}, found spurious {spurious})  data packets per ack {per_ack}  failed {len(rs) - len(ok)}")
+                  f"  retransmissions {retx} (timeouts {timeouts}, of them probed with new data {new_data_probes}; found spurious {spurious})  data packets per ack {per_ack}  failed {len(rs) - len(ok)}")
             if k > 1 and ok:
                 # Timed from the first connect (handshakes and the last connection's finish
                 # included): when the first, the median and the last connection finished.

@@ -307,6 +307,7 @@ async fn fencepost(args: &Args) -> Result<serde_json::Value> {
         }
         let (mut delivered, mut retransmissions, mut one_connection_s) = (0u64, 0u64, 0f64);
         let (mut lost, mut spurious, mut timeouts, mut repairs) = (0u64, 0u64, 0u64, 0u64);
+        let mut new_data_probes = 0u64;
         let (mut data_packets, mut acks) = (0u64, 0u64);
         let mut done_at = Vec::new();
         while let Some(done) = sends.join_next().await {
@@ -320,6 +321,7 @@ async fn fencepost(args: &Args) -> Result<serde_json::Value> {
             lost += s.packets_lost;
             spurious += s.spurious_retransmissions;
             timeouts += s.retransmission_timeouts;
+            new_data_probes += s.timeouts_probed_with_new_data;
             repairs += s.redundant_packets_sent;
             data_packets += s.data_packets_sent;
             acks += s.acks_received;
@@ -335,6 +337,7 @@ async fn fencepost(args: &Args) -> Result<serde_json::Value> {
         fields["packets_lost"] = lost.into();
         fields["spurious_retransmissions"] = spurious.into();
         fields["retransmission_timeouts"] = timeouts.into();
+        fields["timeouts_probed_with_new_data"] = new_data_probes.into();
         fields["redundant_packets_sent"] = repairs.into();
         fields["data_packets_sent"] = data_packets.into();
         fields["acks_received"] = acks.into();

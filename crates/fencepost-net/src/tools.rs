@@ -509,6 +509,9 @@ pub struct SendSummary {
     /// Repair packets (FEC repairs or copies) sent beside the data.
     pub redundant_packets_sent: u64,
     pub retransmission_timeouts: u64,
+    /// Of those, first timeouts on a path that had lost nothing lately, probed with new data
+    /// (nothing declared lost, nothing resent).
+    pub timeouts_probed_with_new_data: u64,
     pub acks_received: u64,
     /// The smoothed RTT at the end.
     pub rtt_ms: f64,
@@ -749,6 +752,7 @@ pub async fn send_stream(
         spurious_retransmissions: stats.spurious_retransmissions,
         redundant_packets_sent: stats.redundant_packets_sent,
         retransmission_timeouts: stats.retransmission_timeouts,
+        timeouts_probed_with_new_data: stats.timeouts_probed_with_new_data,
         acks_received: stats.acks_received,
         rtt_ms: srtt.as_secs_f64() * 1e3,
         rtt_mean_ms: conn.rtt_mean().map(|d| d.as_secs_f64() * 1e3),

@@ -71,7 +71,11 @@ pub struct ConnectionStats {
     /// Retransmissions that proved needless: the original had arrived (the path reorders).
     pub spurious_retransmissions: u64,
     pub congestion_events: u64,
+    /// Retransmission timer expiries, those answered with new data included.
     pub retransmission_timeouts: u64,
+    /// Of those, the first timeouts on a path that had lost nothing lately, whose probes
+    /// carried new data and declared nothing lost (see `Connection::on_retransmission_timeout`).
+    pub timeouts_probed_with_new_data: u64,
 
     pub bytes_written: u64,
     pub bytes_read: u64,

@@ -958,3 +958,118 @@ fn a_quiet_connection_forgets_its_repair_history_and_repairs_still_rebuild() {
     assert_eq!(server.packets_rebuilt, rebuilt + 1, "the packet lost after the pause is rebuilt from a repair: {server:?}");
     assert_eq!(p.client.stats().retransmissions, resent, "nothing resent: the repair rebuilt it");
 }
+
+/// Holds back every datagram the server sends from now until the client's retransmission
+/// timer has fired and `after` more has passed, as a peer descheduled that long would;
+/// returns them (in order). Nothing is lost.
+fn hold_the_servers_packets(p: &mut Pair, after: Duration) -> Vec<Vec<u8>> {
+    let timeouts = p.client.stats().retransmission_timeouts;
+    let mut held = Vec::new();
+    let mut until = p.now;
+    let mut fired_at = None;
+    while fired_at.is_none_or(|fired| until < fired + after) {
+        until += Duration::from_millis(1);
+        p.run_until(until);
+        held.extend(p.wire.iter().filter(|w| !w.1).map(|w| w.2.clone()));
+        p.wire.retain(|w| w.1);
+        if fired_at.is_none() && p.client.stats().retransmission_timeouts > timeouts {
+            fired_at = Some(until);
+        }
+        assert!(until < at(60_000), "the client's timer never fired");
+    }
+    held
+}
+
+/// A bulk transfer of `bytes` whose acks are held back once, past the client's timeout,
+/// after `lose_first` (the first transmission of data packet 5 is lost, then nothing).
+fn transfer_with_late_acks(bytes: usize, lose_first: bool) -> fencepost_proto::ConnectionStats {
+    let mut p = Pair::new(fast_config(), fast_config());
+    let mut seen = false;
+    p.drop = Box::new(move |to_server, ty, seq, _| {
+        let drop = lose_first && to_server && ty == PacketType::Data && seq == Some(5) && !seen;
+        seen |= drop;
+        drop
+    });
+    p.run_until(at(20));
+    let data: Vec<u8> = (0..bytes).map(|i| (i % 251) as u8).collect();
+    let mut written = p.client.write(&data).unwrap();
+    // A few round trips of acks first (and the loss found, if any).
+    p.run_until(at(100));
+    let mut received = Pair::read_all(p.server()).0;
+    written += p.client.write(&data[written..]).unwrap();
+    let held = hold_the_servers_packets(&mut p, Duration::from_millis(2));
+    // The late acks arrive, then everything else as it comes.
+    for datagram in held.into_iter().rev() {
+        p.wire.push_front((p.now, false, datagram));
+    }
+    let mut t = p.now;
+    while written < bytes || p.client.has_unsent_data() || p.client.bytes_in_flight() > 0 {
+        written += p.client.write(&data[written..]).unwrap();
+        t += Duration::from_millis(1);
+        assert!(t < at(60_000), "the transfer did not finish");
+        p.run_until(t);
+        received.extend(Pair::read_all(p.server()).0);
+    }
+    received.extend(Pair::read_all(p.server()).0);
+    assert!(received == data, "the server read {} bytes, not the {bytes} written", received.len());
+    p.client.stats().clone()
+}
+
+/// A peer that goes quiet past the timeout on a path that has lost nothing (a process
+/// descheduled, a queue grown faster than the RTT estimate): the timeout's probes carry new
+/// data, nothing is declared lost or resent, and the late acks take the transfer on.
+#[test]
+fn a_first_timeout_on_a_path_that_lost_nothing_probes_with_new_data() {
+    let s = transfer_with_late_acks(400_000, false);
+    assert_eq!(s.timeouts_probed_with_new_data, 1, "{s:?}");
+    assert_eq!(s.retransmission_timeouts, 1, "{s:?}");
+    assert_eq!((s.retransmissions, s.packets_lost, s.spurious_retransmissions), (0, 0, 0), "{s:?}");
+}
+
+/// The same late acks on a path that lost a packet a moment before: the timeout resends the
+/// oldest packets as its probes (the loss then says more about the path than a stall).
+#[test]
+fn a_timeout_soon_after_a_loss_resends_the_oldest_packets() {
+    let s = transfer_with_late_acks(400_000, true);
+    assert_eq!(s.timeouts_probed_with_new_data, 0, "{s:?}");
+    assert!(s.retransmission_timeouts >= 1, "{s:?}");
+    assert!(s.retransmissions >= 3, "the lost packet and the timeout's two probes: {s:?}");
+}
+
+/// A path that goes dark with new data waiting: the first timeout's probes carry new data;
+/// when they draw nothing, the next timeout resends the oldest packets, and once the path
+/// is back the transfer completes.
+#[test]
+fn when_the_new_data_probes_draw_nothing_the_next_timeout_resends() {
+    let mut p = Pair::new(fast_config(), fast_config());
+    p.run_until(at(20));
+    let data: Vec<u8> = (0..400_000).map(|i| (i % 251) as u8).collect();
+    let mut written = p.client.write(&data).unwrap();
+    p.run_until(at(60));
+    let dark = std::rc::Rc::new(std::cell::Cell::new(true));
+    let still_dark = dark.clone();
+    p.drop = Box::new(move |_, _, _, _| still_dark.get());
+    let sent_before = p.client.stats().data_packets_sent;
+    run_to_the_clients_next_timeout(&mut p);
+    p.run_until(p.now + Duration::from_millis(1));
+    let s = p.client.stats().clone();
+    assert_eq!((s.timeouts_probed_with_new_data, s.retransmissions), (1, 0), "{s:?}");
+    assert_eq!(s.data_packets_sent, sent_before + 2, "RFC 9002's two probes, both new: {s:?}");
+    run_to_the_clients_next_timeout(&mut p);
+    p.run_until(p.now + Duration::from_millis(1));
+    let s = p.client.stats().clone();
+    assert_eq!(s.timeouts_probed_with_new_data, 1, "{s:?}");
+    assert!(s.retransmissions >= 2 && s.packets_lost >= 2, "the second timeout resends: {s:?}");
+    dark.set(false);
+    let mut received = Pair::read_all(p.server()).0;
+    let mut t = p.now;
+    while written < data.len() || p.client.has_unsent_data() || p.client.bytes_in_flight() > 0 {
+        written += p.client.write(&data[written..]).unwrap();
+        t += Duration::from_millis(1);
+        assert!(t < at(60_000), "the transfer did not finish");
+        p.run_until(t);
+        received.extend(Pair::read_all(p.server()).0);
+    }
+    received.extend(Pair::read_all(p.server()).0);
+    assert!(received == data, "the server read {} bytes of {}", received.len(), data.len());
+}
