@@ -310,7 +310,9 @@ enum Secure {
     /// Version 1: plaintext, nothing to do.
     Off,
     /// The client's Initial is out: its Noise message (resent as it is), and the retry token the server gave.
-    Client { handshake: Box<ClientHandshake>, token: Vec<u8>, retries: u32, sent_timestamps: Vec<u32> },
+    /// `token_sent_from`: the timestamp of the first Initial that carried `token` (0 until
+    /// one has; see the Retry's handling).
+    Client { handshake: Box<ClientHandshake>, token: Vec<u8>, retries: u32, sent_timestamps: Vec<u32>, token_sent_from: u32 },
     /// After the Accept: its Noise message, to tell the server's repeats from forgeries.
     ClientDone { accept: Vec<u8> },
     /// The server answered: the Initial's Noise message and the Accept's, resent while the
@@ -701,7 +703,7 @@ impl Connection {
             parameters.push(conn.our_redundancy().to_byte());
             parameters.extend_from_slice(&conn.reset_token);
             match ClientHandshake::start(noise, local_cid, secrets.seed, &parameters) {
-                Ok(handshake) => conn.secure = Secure::Client { handshake: Box::new(handshake), token: Vec::new(), retries: 0, sent_timestamps: Vec::new() },
+                Ok(handshake) => conn.secure = Secure::Client { handshake: Box::new(handshake), token: Vec::new(), retries: 0, sent_timestamps: Vec::new(), token_sent_from: 0 },
                 Err(e) => conn.lose(ConnectionError::Handshake(e.0)),
             }
         }
@@ -1062,20 +1064,48 @@ impl Connection {
                     return;
                 }
             }
-            (SecureHandshake::Retry { echo_timestamp, token, .. }, Secure::Client { token: ours, retries, sent_timestamps, .. }) => {
-                let take = self.state == State::Handshake && *retries < MAX_RETRIES && !token.is_empty();
-                if take {
-                    *ours = token.to_vec();
-                    *retries += 1;
-                    self.stats.retries_received += 1;
-                    self.handshake_due = true;
-                    // The round trip it shows starts the timer that repeats the Initial (if the
-                    // echo is one of ours; the Retry itself is not authenticated).
-                    if sent_timestamps.contains(&echo_timestamp) {
+            (SecureHandshake::Retry { echo_timestamp, token, .. }, Secure::Client { token: ours, retries, sent_timestamps, token_sent_from, .. }) => {
+                // A Retry answers one Initial, whose timestamp it echoes. Once we hold a token,
+                // the answer to an Initial sent before that token went out is stale: those
+                // Initials were sent without it, and the server answers each. On a slow link
+                // the repeats sent before the first answer queue up (seconds of them at 2.4
+                // kbit/s), and taking each of their Retries as a new token, with a new Initial
+                // for it, kept the queue long enough for every token to expire on its way:
+                // the handshake never completed.
+                let stale = !ours.is_empty() && (*token_sent_from == 0 || (echo_timestamp.wrapping_sub(*token_sent_from) as i32) < 0);
+                let echo_is_ours = sent_timestamps.contains(&echo_timestamp);
+                if stale {
+                    if !echo_is_ours || self.state != State::Handshake {
+                        false
+                    } else {
+                        // Still an answer, and its round trip says whether the Initials queue. One
+                        // back about as fast as the quickest (within twice its time) says the
+                        // path is not queueing but may be losing: the Initial with the token goes
+                        // again at once, as a new token's would (at 60 % loss each way these
+                        // answers bring the handshake through sooner). A slower one says our
+                        // Initials wait in a queue, which another would only lengthen.
                         self.take_rtt_sample(now, echo_timestamp, 0);
+                        if self.rtt.latest() <= self.rtt.min().saturating_mul(2) {
+                            self.handshake_due = true;
+                        }
+                        true
                     }
+                } else {
+                    let take = self.state == State::Handshake && *retries < MAX_RETRIES && !token.is_empty();
+                    if take {
+                        *ours = token.to_vec();
+                        *token_sent_from = 0;
+                        *retries += 1;
+                        self.stats.retries_received += 1;
+                        self.handshake_due = true;
+                        // The round trip it shows starts the timer that repeats the Initial (if
+                        // the echo is one of ours; the Retry itself is not authenticated).
+                        if echo_is_ours {
+                            self.take_rtt_sample(now, echo_timestamp, 0);
+                        }
+                    }
+                    take
                 }
-                take
             }
             (SecureHandshake::Accept { echo_timestamp, noise, .. }, Secure::Client { handshake, sent_timestamps, .. }) => {
                 // Only the Noise message is authenticated: the server's id comes from inside it
@@ -2313,7 +2343,10 @@ impl Connection {
 
     fn emit_handshake(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         let timestamp = self.timestamp(now);
-        if let Secure::Client { sent_timestamps, .. } = &mut self.secure {
+        if let Secure::Client { sent_timestamps, token, token_sent_from, .. } = &mut self.secure {
+            if !token.is_empty() && *token_sent_from == 0 {
+                *token_sent_from = timestamp;
+            }
             // The Accept's echo must be one of these: the first Initials' and the latest
             // ones'. Keeping only the last eight lost the answered one whenever the answer
             // took longer than a few repeats (three copies every 305 ms before any answer):

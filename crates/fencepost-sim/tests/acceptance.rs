@@ -234,6 +234,26 @@ fn a_long_round_trip_is_measured_by_the_handshake_however_many_initials_it_took(
     }
 }
 
+/// Links of a few kbit/s (a satellite modem's 2.4 kbit/s): the client repeats its Initial
+/// (about 2.3 kbit with headers, a second or more to cross) every 305 ms, in up to three
+/// copies, until an answer comes, so seconds of repeats queue before the first Retry
+/// returns. The server answers each queued Initial with a Retry of its own. The client took
+/// each of those as a new token and sent an Initial for it, behind the queue again, and every
+/// token had expired (10 s) by the time its Initial arrived: at 1, 2 and 2.4 kbit/s no
+/// handshake completed, and the idle timeout ended each after 30 s. Answers to Initials sent
+/// before the current token are now stale: they give RTT samples, and a resend only when
+/// they come back as fast as the quickest.
+#[test]
+fn a_handshake_completes_over_links_of_a_few_kbit_s() {
+    for (rate, delay, most) in [("1kbit", "100ms", 200.0), ("2400bit", "500ms", 80.0), ("3kbit", "500ms", 60.0)] {
+        let options = [("bytes", "5kB"), ("rate", rate), ("delay", delay), ("seed", "1")];
+        let report = run(Scenario::from_options(options).unwrap());
+        assert!(report.integrity_ok && report.status == "ok", "{rate} {delay}: {}", report.to_json());
+        let flow = &report.flows[0];
+        assert!(flow.duration_s < most, "{rate} {delay}: {:.1} s", flow.duration_s);
+    }
+}
+
 /// Paths whose flight is longer than one ack's bitmap, with a little loss: while a hole
 /// waits a round trip for its retransmission, far acks describe what arrives past the
 /// bitmap, so the sender keeps sending instead of stopping a bitmap's width past the
