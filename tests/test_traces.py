@@ -95,5 +95,9 @@ def test_tolerant_does_not_take_a_fade_of_the_umts_trace_for_its_path_delay():
     r = sim.run(trace_up="TMobile-UMTS-driving.up", trace_down="TMobile-UMTS-driving.down", bytes="5MB", delay="50ms", seed=1)
     assert r.integrity_ok and r.status == "ok", r.error
     assert r.rtt_p95_ms < 8_000 and r.rtt_mean_ms < 2_500, (r.rtt_mean_ms, r.rtt_p95_ms)
-    # The queue is the fades', not ours to trade for rate: the transfer takes as long (86.6 s before).
-    assert r.duration_s < 95, r.duration_s
+    # The queue is the fades', not ours to trade for rate: the transfer takes as long (86.6 s
+    # before). 95.6 s since a fade's first timeout probes with new data instead of resending
+    # (93.9 s and 46 packets resent before, 36 after); over 6 delays (10-100 ms) of this trace
+    # and of the AT&T LTE one, with `tolerant` and CUBIC, that change moved the time by -14 % to
+    # +8 % (tolerant's mean +0.7 %, CUBIC's -4.4 %) and cut the resends in every run.
+    assert r.duration_s < 97, r.duration_s

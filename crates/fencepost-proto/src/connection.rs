@@ -2201,6 +2201,8 @@ impl Connection {
                     self.probes_sent.clear();
                     self.stats.retransmission_timeouts += 1;
                     self.stats.timeouts_probed_with_new_data += 1;
+                    // The controller hears of it only if the next timeout comes (a CUBIC window
+                    // collapsed here stayed collapsed: nothing declared lost, nothing to undo).
                     self.last_timeout = now;
                     self.rto_backoff += 1;
                     return;
