@@ -980,8 +980,8 @@ fn hold_the_servers_packets(p: &mut Pair, after: Duration) -> Vec<Vec<u8>> {
     held
 }
 
-/// A bulk transfer of `bytes` whose acks are held back once, past the client's timeout,
-/// after `lose_first` (the first transmission of data packet 5 is lost, then nothing).
+/// A bulk transfer of `bytes` whose acks are held back once, past the client's timeout; with
+/// `lose_first`, the first transmission of data packet 5 was lost shortly before (nothing else is).
 fn transfer_with_late_acks(bytes: usize, lose_first: bool) -> fencepost_proto::ConnectionStats {
     let mut p = Pair::new(fast_config(), fast_config());
     let mut seen = false;
@@ -995,15 +995,23 @@ fn transfer_with_late_acks(bytes: usize, lose_first: bool) -> fencepost_proto::C
     let mut written = p.client.write(&data).unwrap();
     // A few round trips of acks first (and the loss found, if any).
     p.run_until(at(100));
-    let mut received = Pair::read_all(p.server()).0;
+    let received = Pair::read_all(p.server()).0;
     written += p.client.write(&data[written..]).unwrap();
     let held = hold_the_servers_packets(&mut p, Duration::from_millis(2));
     // The late acks arrive, then everything else as it comes.
     for datagram in held.into_iter().rev() {
         p.wire.push_front((p.now, false, datagram));
     }
+    deliver_the_rest(&mut p, &data, written, received);
+    p.client.stats().clone()
+}
+
+/// Writes what is left of `data` past `written` as the client's buffer takes it and runs the
+/// pair until all is acknowledged; checks that the server read all of `data` (`received`
+/// being what it read so far).
+fn deliver_the_rest(p: &mut Pair, data: &[u8], mut written: usize, mut received: Vec<u8>) {
     let mut t = p.now;
-    while written < bytes || p.client.has_unsent_data() || p.client.bytes_in_flight() > 0 {
+    while written < data.len() || p.client.has_unsent_data() || p.client.bytes_in_flight() > 0 {
         written += p.client.write(&data[written..]).unwrap();
         t += Duration::from_millis(1);
         assert!(t < at(60_000), "the transfer did not finish");
@@ -1011,8 +1019,7 @@ fn transfer_with_late_acks(bytes: usize, lose_first: bool) -> fencepost_proto::C
         received.extend(Pair::read_all(p.server()).0);
     }
     received.extend(Pair::read_all(p.server()).0);
-    assert!(received == data, "the server read {} bytes, not the {bytes} written", received.len());
-    p.client.stats().clone()
+    assert!(received == data, "the server read {} bytes of the {} written", received.len(), data.len());
 }
 
 /// A peer that goes quiet past the timeout on a path that has lost nothing (a process
@@ -1044,7 +1051,7 @@ fn when_the_new_data_probes_draw_nothing_the_next_timeout_resends() {
     let mut p = Pair::new(fast_config(), fast_config());
     p.run_until(at(20));
     let data: Vec<u8> = (0..400_000).map(|i| (i % 251) as u8).collect();
-    let mut written = p.client.write(&data).unwrap();
+    let written = p.client.write(&data).unwrap();
     p.run_until(at(60));
     let dark = std::rc::Rc::new(std::cell::Cell::new(true));
     let still_dark = dark.clone();
@@ -1061,15 +1068,6 @@ fn when_the_new_data_probes_draw_nothing_the_next_timeout_resends() {
     assert_eq!(s.timeouts_probed_with_new_data, 1, "{s:?}");
     assert!(s.retransmissions >= 2 && s.packets_lost >= 2, "the second timeout resends: {s:?}");
     dark.set(false);
-    let mut received = Pair::read_all(p.server()).0;
-    let mut t = p.now;
-    while written < data.len() || p.client.has_unsent_data() || p.client.bytes_in_flight() > 0 {
-        written += p.client.write(&data[written..]).unwrap();
-        t += Duration::from_millis(1);
-        assert!(t < at(60_000), "the transfer did not finish");
-        p.run_until(t);
-        received.extend(Pair::read_all(p.server()).0);
-    }
-    received.extend(Pair::read_all(p.server()).0);
-    assert!(received == data, "the server read {} bytes of {}", received.len(), data.len());
+    let received = Pair::read_all(p.server()).0;
+    deliver_the_rest(&mut p, &data, written, received);
 }
