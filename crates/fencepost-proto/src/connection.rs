@@ -1074,22 +1074,20 @@ impl Connection {
                 // the handshake never completed.
                 let stale = !ours.is_empty() && (*token_sent_from == 0 || (echo_timestamp.wrapping_sub(*token_sent_from) as i32) < 0);
                 let echo_is_ours = sent_timestamps.contains(&echo_timestamp);
-                if stale {
-                    if !echo_is_ours || self.state != State::Handshake {
-                        false
-                    } else {
-                        // Still an answer, and its round trip says whether the Initials queue. One
-                        // back about as fast as the quickest (within twice its time) says the
-                        // path is not queueing but may be losing: the Initial with the token goes
-                        // again at once, as a new token's would (at 60 % loss each way these
-                        // answers bring the handshake through sooner). A slower one says our
-                        // Initials wait in a queue, which another would only lengthen.
-                        self.take_rtt_sample(now, echo_timestamp, 0);
-                        if self.rtt.latest() <= self.rtt.min().saturating_mul(2) {
-                            self.handshake_due = true;
-                        }
-                        true
+                if stale && echo_is_ours && self.state == State::Handshake {
+                    // Still an answer, and its round trip says whether the Initials queue. One
+                    // back about as fast as the quickest (within twice its time) says the path
+                    // is not queueing but may be losing: the Initial with the token goes again
+                    // at once, as a new token's would (at 60 % loss each way these answers
+                    // bring the handshake through sooner). A slower one says our Initials wait
+                    // in a queue, which another would only lengthen.
+                    self.take_rtt_sample(now, echo_timestamp, 0);
+                    if self.rtt.latest() <= self.rtt.min().saturating_mul(2) {
+                        self.handshake_due = true;
                     }
+                    true
+                } else if stale {
+                    false
                 } else {
                     let take = self.state == State::Handshake && *retries < MAX_RETRIES && !token.is_empty();
                     if take {
