@@ -118,6 +118,20 @@ fn a_long_burst_of_loss_counted_in_packets_is_probed_through_before_the_idle_tim
     }
 }
 
+/// The same bursts under CUBIC, whose model has no random loss: its window shrinks to a
+/// packet or two, the receiver's window fills above a hole, and a timeout then has one packet
+/// to resend. Its probes were capped at what was lost, one packet per backed-off second,
+/// and a burst counted in packets outlasted the idle timeout (two seeds of these three; the
+/// third passed 120 s). Now the rest of a doubled budget goes out as copies of the hole.
+#[test]
+fn cubic_probes_a_long_burst_counted_in_packets_through_before_the_idle_timeout() {
+    for seed in ["1", "2", "3"] {
+        let options = [("bytes", "5MB"), ("rate", "20mbit"), ("delay", "10ms"), ("loss-model", "gilbert:p=1%,r=5%"), ("cc", "cubic"), ("seed", seed), ("timeout", "120s")];
+        let report = run(Scenario::from_options(options).unwrap());
+        assert!(report.integrity_ok && report.status == "ok", "seed {seed}: {}", report.to_json());
+    }
+}
+
 /// Loss in bursts (a two-state Gilbert-Elliott channel: 1 packet in 6 sent in a fade that
 /// loses 80 %, fades 10 packets long on average, 13.3 % in all) against the same loss spread
 /// evenly, 30 MB over 100 Mbit/s and 50 ms each way. `tolerant` read a fade that fell in a
