@@ -2764,7 +2764,15 @@ impl Connection {
                 return self.emit_segment_stamped(now, seq, buf, self.probe_budget);
             }
             Some(seq) if probing => {
-                self.probes_sent.push(seq);
+                // Kept for copies only in a burst (see `on_retransmission_timeout`). Kept
+                // always, a timeout resending holes that had waited for the window, with the
+                // application done writing, filled its budget with copies of them: a fade of
+                // one packet per 250 ms then carried copies instead of the flush, which
+                // stalled for 2 s (`a_timed_send_whose_flush_keeps_moving_is_let_finish`, 2
+                // runs in 6 with the tests in parallel).
+                if self.copying_probes_mid_stream {
+                    self.probes_sent.push(seq);
+                }
                 // Probes mid-stream are stamped apart too. Sent in one round they shared a
                 // timestamp, and a receiver that already held them (its acks were lost) took
                 // each repeat after the first for a copy sent on purpose and acked only the
