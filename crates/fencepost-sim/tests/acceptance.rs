@@ -118,9 +118,9 @@ fn a_long_burst_of_loss_counted_in_packets_is_probed_through_before_the_idle_tim
     }
 }
 
-/// The same bursts under CUBIC, whose model has no random loss: its window shrinks to a
-/// packet or two, the receiver's window fills above a hole, and a timeout then has one packet
-/// to resend. Its probes were capped at what was lost, one packet per backed-off second,
+/// The same bursts under CUBIC, whose model has no random loss: its window is one packet
+/// after a timeout, so the next timeout has one packet to resend. Its probes were capped at
+/// what was lost, one packet per backed-off second,
 /// and a burst counted in packets outlasted the idle timeout (two seeds of these three; the
 /// third passed 120 s). Now the rest of a doubled budget goes out as copies of the hole.
 #[test]
