@@ -100,7 +100,12 @@ def test_bernoulli_loss_and_a_trace_are_what_the_receiver_sees():
             report = _stop_json(emu)
             received = json.loads("\n".join(server.stdout))["end"]["sum"]
             measured = received["lost_packets"] / received["packets"]
-            assert received["packets"] >= 99_900  # the last few lost ones have no later packet to reveal them
+            # The receiver counts up to the highest sequence number it saw: the last lost ones
+            # have no later packet to reveal them, and it stops counting when the client's
+            # control connection says the test is over, while the emulator may still hold the
+            # last milliseconds' datagrams on a busy host (157 of them, 5 ms at this rate, in
+            # one run under CI's load; 100 was the bound before).
+            assert received["packets"] >= 99_000, received
             assert abs(measured - 0.10) <= 0.01, measured
             up = report["up"]["stats"]
             assert abs(up["lost"] / up["offered"] - 0.10) <= 0.01
