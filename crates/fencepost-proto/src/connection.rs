@@ -2234,9 +2234,9 @@ impl Connection {
                 // second (its window a packet after the first timeout), and with bursts of
                 // 20 packets on average (p = 1 %, r = 5 %) two seeds in five reached the idle
                 // timeout, one hole resent alone into the burst 30 times, and two more ran
-                // past 120 s for 5 MB over 20 Mbit/s. (New data as the
-                // rest of the probes pushed more into buffers that flows sharing them kept
-                // full: 10 flows through 60 kB, Jain 0.88 against 0.9 and more.)
+                // past 120 s for 5 MB over 20 Mbit/s. (New data as the rest of the probes
+                // pushed more into buffers that flows sharing them kept full: 10 flows
+                // through 60 kB, Jain 0.88 against 0.9 and more.)
                 let burst = self.rto_backoff > 0 && lost > 0 && !closing;
                 self.copying_probes_mid_stream = burst;
                 self.probe_budget = if waiting || tail || burst { probes as u32 } else { lost.min(probes) as u32 };
@@ -2758,28 +2758,23 @@ impl Connection {
             return self.emit_segment_stamped(now, seq, buf, self.probe_budget);
         }
         let seq = match self.disassembler.pop_retransmission() {
-            Some(seq) if probing && self.disassembler.fin_sent() => {
-                // The stream's end, probed: each probe stamped apart, like its copies.
-                self.probe_budget = self.probe_budget.saturating_sub(1);
-                self.probes_sent.push(seq);
-                return self.emit_segment_stamped(now, seq, buf, self.probe_budget);
-            }
             Some(seq) if probing => {
-                // Kept for copies only in a burst (see `on_retransmission_timeout`). Kept
-                // always, a timeout resending holes that had waited for the window, with the
-                // application done writing, filled its budget with copies of them: a fade of
-                // one packet per 250 ms then carried copies instead of the flush, which
-                // stalled for 2 s (`a_timed_send_whose_flush_keeps_moving_is_let_finish`, 2
-                // runs in 6 with the tests in parallel).
-                if self.copying_probes_mid_stream {
+                // Kept for the round's copies at the stream's end and in a burst (see
+                // `on_retransmission_timeout`). Kept always, a timeout resending holes that had
+                // waited for the window, with the application done writing, filled its budget
+                // with copies of them: a fade of one packet per 250 ms then carried copies
+                // instead of the flush, which stalled for 2 s
+                // (`a_timed_send_whose_flush_keeps_moving_is_let_finish`, 2 runs in 6 with the
+                // tests in parallel).
+                if self.disassembler.fin_sent() || self.copying_probes_mid_stream {
                     self.probes_sent.push(seq);
                 }
-                // Probes mid-stream are stamped apart too. Sent in one round they shared a
-                // timestamp, and a receiver that already held them (its acks were lost) took
-                // each repeat after the first for a copy sent on purpose and acked only the
-                // first: at 60 % loss each way that one ack was lost more often than not, and
-                // the timeouts backed off to a second, again and again (1 MB over 10 ms took
-                // 7-9 s on two seeds in ten, 0.8-1.9 s on the rest).
+                // Every probe is stamped apart, like the copies. Mid-stream probes sent in one
+                // round once shared a timestamp, and a receiver that already held them (its
+                // acks were lost) took each repeat after the first for a copy sent on purpose
+                // and acked only the first: at 60 % loss each way that one ack was lost more
+                // often than not, and the timeouts backed off to a second, again and again
+                // (1 MB over 10 ms took 7-9 s on two seeds in ten, 0.8-1.9 s on the rest).
                 self.probe_budget = self.probe_budget.saturating_sub(1);
                 return self.emit_segment_stamped(now, seq, buf, self.probe_budget);
             }
@@ -2832,8 +2827,8 @@ impl Connection {
     }
 
     /// The next packet this timeout's probes resent that is still unacknowledged, taken in
-    /// turn, when the budget outlasts the stream's tail or, in a burst, what the peer's window
-    /// lets out. `None` ends the round's copies.
+    /// turn, when the budget outlasts the stream's tail or, in a burst, what was lost. `None`
+    /// ends the round's copies.
     fn next_probe_copy(&mut self) -> Option<u64> {
         if self.disassembler.has_new() && !self.copying_probes_mid_stream {
             return None;
