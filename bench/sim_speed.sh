@@ -12,16 +12,16 @@
 # 2026-11-27: tolerant 143-152x on one thread, 247-278x on two; bbr 159-164x, 239-260x.
 # Later that day, with whole-program LTO and the payload made and checked with AVX2:
 # tolerant 154-159x on one thread, 274x on two; bbr 163x and 279x.
+# 2026-12-02: runs step through windows by default, the two sides in turn on one thread
+# (docs/simulation.md, "Windows in turn"); mode=instants is the one-thread loop before that.
 # Each line is the median of reps=N runs (default 3), with the slowest and fastest beside it.
 # Usage: bash bench/sim_speed.sh [BYTES] [OPTION=VALUE ...], e.g. 100MB cc=bbr real-cipher=true
-# With no options it runs every controller on one thread and then on two (parallel=true).
+# With no options it runs every controller three ways, interleaved: every instant on one
+# thread (instants), windows in turn on one thread (the default), windows on two (threads).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet -p fencepost-sim --example sim_speed
 if [ $# -le 1 ]; then
-    echo "== one thread"
-    ./target/release/examples/sim_speed "${1:-100MB}"
-    echo "== two threads (parallel=true)"
-    exec ./target/release/examples/sim_speed "${1:-100MB}" parallel=true
+    exec ./target/release/examples/sim_speed "${1:-100MB}" mode=instants,windows,threads
 fi
 exec ./target/release/examples/sim_speed "${1:-100MB}" "${@:2}"

@@ -403,7 +403,7 @@ impl Disassembler {
 
     /// Records a transmission of `seq`; returns true when it is a retransmission.
     /// The packet's [`SentPacket`] record starts with what the disassembler knows;
-    /// the sender completes it with [`Disassembler::set_sent_packet`].
+    /// the sender completes it in place ([`Disassembler::sent_packet_mut`]).
     pub fn on_transmit(&mut self, seq: u64, now: Instant) -> bool {
         let Some(index) = seq.checked_sub(self.seg_base) else { return false };
         let overhead = self.protection_overhead;
@@ -431,11 +431,10 @@ impl Disassembler {
         self.segments.get(index as usize).filter(|s| s.transmissions > 0).map(|s| s.packet)
     }
 
-    /// Replaces the record of `seq`'s latest transmission (the sender adds delivery and controller state).
-    pub fn set_sent_packet(&mut self, seq: u64, packet: SentPacket) {
-        if let Some(seg) = seq.checked_sub(self.seg_base).and_then(|i| self.segments.get_mut(i as usize)) {
-            seg.packet = packet;
-        }
+    /// The record of `seq`'s latest transmission, for the sender to add delivery and controller state.
+    pub fn sent_packet_mut(&mut self, seq: u64) -> Option<&mut SentPacket> {
+        let index = seq.checked_sub(self.seg_base)?;
+        self.segments.get_mut(index as usize).filter(|s| s.transmissions > 0).map(|s| &mut s.packet)
     }
 
     /// Transmissions declared lost since the last call, in the order they were declared.

@@ -1,5 +1,7 @@
-//! A run on two threads (`Simulation::parallel`) gives the report a run on one gives,
-//! byte for byte, in every kind of run; and it does run apart where it can.
+//! A run on two threads (`Simulation::parallel`), and one whose sides take turns in
+//! windows on one thread (the default), give the report of a run that steps through every
+//! instant (`Simulation::windows(false)`), byte for byte, in every kind of run; and they
+//! do run apart where they can.
 
 use fencepost_proto::Duration;
 use fencepost_sim::{OneThread, Scenario, Simulation};
@@ -8,13 +10,17 @@ fn scenario(options: &[&str]) -> Scenario {
     Scenario::from_options(options.iter().map(|o| o.split_once('=').expect("name=value"))).unwrap()
 }
 
-/// Runs `options` on one thread and on two; asserts the reports are the same and
-/// returns the share of the simulated time that ran on two threads.
+/// Runs `options` instant by instant, in windows on one thread and on two; asserts the
+/// reports are the same and returns the share of the simulated time that ran on two threads
+/// (the same share ran in windows on one).
 fn same_apart(options: &[&str]) -> f64 {
-    let (one, none_apart) = Simulation::new(scenario(options)).run_timed_apart();
+    let (one, none_apart) = Simulation::new(scenario(options)).windows(false).run_timed_apart();
     assert_eq!(none_apart.total_micros(), 0, "{options:?}: ran apart without being asked");
+    let (in_turn, apart_in_turn) = Simulation::new(scenario(options)).run_timed_apart();
+    assert_eq!(one.to_json(), in_turn.to_json(), "{options:?}: the reports differ (windows in turn)");
     let (two, apart) = Simulation::new(scenario(options)).parallel(true).run_timed_apart();
-    assert_eq!(one.to_json(), two.to_json(), "{options:?}: the reports differ");
+    assert_eq!(one.to_json(), two.to_json(), "{options:?}: the reports differ (two threads)");
+    assert_eq!(apart, apart_in_turn, "{options:?}: the windows differ between one thread and two");
     apart.as_secs_f64() / two.end_s
 }
 
@@ -86,6 +92,11 @@ fn a_run_that_splits_gives_no_reason_and_one_not_asked_none() {
     let (_, parallelism) = Simulation::new(scenario(&options)).parallel(true).run_with_parallelism();
     assert_eq!(parallelism.one_thread, None);
     assert!(parallelism.apart.total_micros() > 0);
+    // Not asked for two threads: windows in turn, and no reason given for staying on one.
     let (_, not_asked) = Simulation::new(scenario(&options)).run_with_parallelism();
-    assert_eq!((not_asked.one_thread, not_asked.apart.total_micros()), (None, 0));
+    assert_eq!((not_asked.one_thread, not_asked.apart), (None, parallelism.apart));
+    let (_, short) = Simulation::new(scenario(&["bytes=5MB", "rate=20mbit", "delay=1ms", "seed=3"])).run_with_parallelism();
+    assert_eq!((short.one_thread, short.apart.total_micros()), (None, 0));
+    let (_, instants) = Simulation::new(scenario(&options)).windows(false).run_with_parallelism();
+    assert_eq!((instants.one_thread, instants.apart.total_micros()), (None, 0));
 }
