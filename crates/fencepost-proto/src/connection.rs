@@ -864,7 +864,7 @@ impl Connection {
     fn sending_window(&self) -> u64 {
         let granularity = self.config.timer_granularity;
         let tick = match self.controller.pacing_rate() {
-            Some(rate) if granularity > Duration::ZERO => (rate as u128 * granularity.total_micros() as u128 / 1_000_000) as u64,
+            Some(rate) if granularity > Duration::ZERO => crate::time::mul_div(rate, granularity.total_micros(), 1_000_000) as u64,
             _ => 0,
         };
         self.controller.window() + tick

@@ -3,7 +3,7 @@
 
 use super::pacing_rate;
 use crate::rtt::RttEstimator;
-use crate::time::{Duration, Instant};
+use crate::time::{mul_div, Duration, Instant};
 
 #[derive(Clone, Debug)]
 pub struct Pacer {
@@ -44,7 +44,7 @@ impl Pacer {
     }
 
     fn time_for(&self, bytes: u64) -> Duration {
-        Duration::from_micros(((bytes as u128 * 1_000_000) / self.rate.max(1) as u128) as u64)
+        Duration::from_micros(mul_div(bytes, 1_000_000, self.rate.max(1)) as u64)
     }
 
     pub fn on_sent(&mut self, now: Instant, bytes: u64) {
