@@ -33,7 +33,8 @@ def _add_sim_parser(subparsers) -> None:
         "--parallel",
         action="store_true",
         help="run on two threads, the flows' clients on one and their servers on the other, where the run allows "
-        "(the same report, bit for bit; see docs/simulation.md); faster for one long run, not for a sweep, which "
+        "(the same report, bit for bit; see docs/simulation.md). Without it the two sides already take turns in "
+        "windows on one thread; a second thread gains little on two cores, and nothing in a sweep, which "
         "already keeps every core busy",
     )
     p.set_defaults(handler=_cmd_sim)
