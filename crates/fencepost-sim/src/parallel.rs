@@ -47,7 +47,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// The least lookahead worth a second thread: each window ends in a meeting of the threads
 /// (a few microseconds, and the wait for the slower one), and windows of less than this
-/// spend more there than they save.
+/// spend more there than they save. Windows in turn on one thread keep the same bound (the
+/// same windows, so that both ways run apart over the same stretches).
 const MIN_LOOKAHEAD: Duration = Duration::from_millis(2);
 /// Datagram buffers a side keeps at a window's edge; it hands the rest to the other side.
 const KEEP_BUFFERS: usize = 256;
@@ -407,14 +408,14 @@ impl Simulation {
             run_in_turn(&mut client_side, &mut server_side, from, lookahead, deadline, cancel.as_deref())
         } else {
             std::thread::scope(|scope| {
-            let servers = std::thread::Builder::new()
-                .name("sim-servers".into())
-                .spawn_scoped(scope, || server_side.run(from, lookahead, deadline, &meeting, None))
-                .expect("a thread for the servers' side");
-            let frontier = client_side.run(from, lookahead, deadline, &meeting, cancel.as_deref());
-            let server_frontier = servers.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-            debug_assert_eq!(frontier, server_frontier, "the sides stopped at different instants");
-            frontier
+                let servers = std::thread::Builder::new()
+                    .name("sim-servers".into())
+                    .spawn_scoped(scope, || server_side.run(from, lookahead, deadline, &meeting, None))
+                    .expect("a thread for the servers' side");
+                let frontier = client_side.run(from, lookahead, deadline, &meeting, cancel.as_deref());
+                let server_frontier = servers.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                debug_assert_eq!(frontier, server_frontier, "the sides stopped at different instants");
+                frontier
             })
         };
         let stuck = client_side.stuck.or(server_side.stuck);
