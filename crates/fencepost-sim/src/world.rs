@@ -351,8 +351,7 @@ impl Simulation {
     /// the parts of a run that cannot split do. Each side's steps then look only at its own
     /// endpoints, and a window's packets are handled together on each side: a 100 MB
     /// transfer at 100 Mbit/s ran 1.17x as fast in windows (`bash bench/sim_speed.sh`,
-    /// 2026-12-02). Tests turn it off to
-    /// compare the two.
+    /// 2026-12-02). Tests turn it off to compare the two.
     pub fn windows(mut self, on: bool) -> Simulation {
         self.windows = on;
         self
