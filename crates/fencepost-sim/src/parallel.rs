@@ -401,12 +401,12 @@ impl Simulation {
         let common = Common { hosts: &hosts, side_of_host, events, first_event, datagram_room, header_overhead, series_interval };
         let mut client_side = Side::new(0, Ends::Clients(clients), std::mem::take(&mut client_channels), late(0), common, pool, buf);
         let mut server_side = Side::new(1, Ends::Servers(servers), std::mem::take(&mut server_channels), late(1), common, Vec::new(), vec![0; 65_536]);
-        let meeting = Meeting { barrier: SpinBarrier::new(), slots: Default::default() };
         let cancel = self.cancel.clone();
         let lookahead = partition.lookahead;
         let frontier = if !self.parallel {
             run_in_turn(&mut client_side, &mut server_side, from, lookahead, deadline, cancel.as_deref())
         } else {
+            let meeting = Meeting { barrier: SpinBarrier::new(), slots: Default::default() };
             std::thread::scope(|scope| {
                 let servers = std::thread::Builder::new()
                     .name("sim-servers".into())
@@ -437,19 +437,12 @@ impl Simulation {
 /// meeting at its edge is a hand-over. Returns where they stopped.
 fn run_in_turn(clients: &mut Side<'_>, servers: &mut Side<'_>, mut from: Instant, lookahead: Duration, deadline: Instant, cancel: Option<&AtomicBool>) -> Instant {
     loop {
-        let mut client_edge = clients.edge(from, deadline);
-        client_edge.cancelled = cancel.is_some_and(|c| c.load(Ordering::Relaxed));
-        let server_edge = servers.edge(from, deadline);
-        let (to_servers, to_clients) = (clients.take_sent(), servers.take_sent());
-        // The side that receives the data gets the buffers back, the side that sends it needs them.
-        let mut spare = servers.pool.split_off(servers.pool.len().min(KEEP_BUFFERS));
-        clients.pool.append(&mut spare);
-        let mut spare = clients.pool.split_off(clients.pool.len().min(KEEP_BUFFERS));
-        servers.pool.append(&mut spare);
+        let (client_edge, to_servers) = clients.leave_at_edge(from, deadline, cancel);
+        let (server_edge, to_clients) = servers.leave_at_edge(from, deadline, None);
         let to = from + lookahead;
         let go = may_run_apart(&client_edge, &server_edge, to);
-        clients.put_in_late(from, to_clients);
-        servers.put_in_late(from, to_servers);
+        clients.take_at_edge(from, to_clients);
+        servers.take_at_edge(from, to_servers);
         if !go {
             return from;
         }
@@ -522,23 +515,17 @@ impl<'a> Side<'a> {
         let _guard = BreakOnPanic(&meeting.barrier);
         for window in 0usize.. {
             let slot = &meeting.slots[window % 2];
-            let mut edge = self.edge(from, deadline);
-            edge.cancelled = cancel.is_some_and(|c| c.load(Ordering::Relaxed));
-            // What this side sent in the last window into the other's channels, and the
-            // buffers of what it received: a side that mostly sends (data) would otherwise
-            // allocate a buffer per packet, and the one that mostly receives keep them all.
-            let sent = self.take_sent();
-            let spare = self.pool.split_off(self.pool.len().min(KEEP_BUFFERS));
+            let (edge, mail) = self.leave_at_edge(from, deadline, cancel);
             {
                 let mut slot = lock(slot);
                 slot.edges[me] = Some(edge);
-                slot.mail[other] = (sent, spare);
+                slot.mail[other] = mail;
             }
             if !meeting.barrier.wait() {
                 return from;
             }
             let to = from + lookahead;
-            let (go, (sent, mut buffers)) = {
+            let (go, mail) = {
                 let mut slot = lock(slot);
                 let go = match &slot.edges {
                     [Some(clients), Some(servers)] => may_run_apart(clients, servers, to),
@@ -546,9 +533,7 @@ impl<'a> Side<'a> {
                 };
                 (go, std::mem::take(&mut slot.mail[me]))
             };
-            self.pool.append(&mut buffers);
-            // Whether or not the next window runs apart, the last one's packets go in.
-            self.put_in_late(from, sent);
+            self.take_at_edge(from, mail);
             // Both decided alike, from the same edges.
             if !go {
                 return from;
@@ -559,9 +544,23 @@ impl<'a> Side<'a> {
         unreachable!("the windows end by returning")
     }
 
-    /// What this side sent during the window into the channels the other side runs, by channel.
-    fn take_sent(&mut self) -> Vec<(usize, Vec<Sent>)> {
-        self.sent.iter_mut().enumerate().filter(|(_, s)| !s.is_empty()).map(|(c, s)| (c, std::mem::take(s))).collect()
+    /// What this side leaves the other at a window's edge: its edge (cancelled if `cancel`
+    /// is set), what it sent in the last window into the other's channels, and the buffers
+    /// of what it received: a side that mostly sends (data) would otherwise allocate a
+    /// buffer per packet, and the one that mostly receives keep them all.
+    fn leave_at_edge(&mut self, from: Instant, deadline: Instant, cancel: Option<&AtomicBool>) -> (Edge, Mail) {
+        let mut edge = self.edge(from, deadline);
+        edge.cancelled = cancel.is_some_and(|c| c.load(Ordering::Relaxed));
+        let sent = self.sent.iter_mut().enumerate().filter(|(_, s)| !s.is_empty()).map(|(c, s)| (c, std::mem::take(s))).collect();
+        let spare = self.pool.split_off(self.pool.len().min(KEEP_BUFFERS));
+        (edge, (sent, spare))
+    }
+
+    /// Takes what the other side left at the edge: its buffers, and, whether or not the
+    /// next window runs apart, the packets it sent in the last one.
+    fn take_at_edge(&mut self, from: Instant, (sent, mut buffers): Mail) {
+        self.pool.append(&mut buffers);
+        self.put_in_late(from, sent);
     }
 
     fn edge(&self, now: Instant, deadline: Instant) -> Edge {
