@@ -593,7 +593,9 @@ impl Bbr {
         } else if rate < 3_000_000 {
             2 * self.mss
         } else {
-            (rate / 1000).clamp(2 * self.mss, 64 * 1024)
+            // Never below two packets, whatever their size: a payload over 32 kB (loopback,
+            // `--packet-size`) made the bounds cross and `clamp` panic.
+            (rate / 1000).clamp(2 * self.mss, (64 * 1024).max(2 * self.mss))
         }
     }
 
@@ -1568,6 +1570,22 @@ mod tests {
             let batch = AckBatch { newly_acked: acked, newly_lost, bytes_in_flight: 0, delivered: self.delivered, rate_sample: sample, app_limited: false };
             self.cc.on_ack_batch(self.now, &batch, &self.rtt);
         }
+    }
+
+    #[test]
+    fn a_send_quantum_is_two_packets_at_least_whatever_their_size() {
+        // Packets of 60 kB (a loopback route): two of them exceed the 64 kB cap, and the
+        // quantum was a `clamp` whose bounds crossed (a panic on the first ack at 100 MB/s).
+        let mss = 60_000;
+        let mut cc = Bbr::new(BbrConfig::v1(), mss);
+        for rate in [100_000, 1_000_000, 100_000_000, 10_000_000_000] {
+            cc.pacer.set_rate(rate);
+            let quantum = cc.send_quantum();
+            assert!(quantum >= mss && (rate < 3_000_000 || quantum >= 2 * mss), "rate {rate}: quantum {quantum}");
+        }
+        let mut small = Bbr::new(BbrConfig::v1(), 1_000);
+        small.pacer.set_rate(1_000_000_000);
+        assert_eq!(small.send_quantum(), 64 * 1024, "the cap still holds for ordinary packets");
     }
 
     #[test]
