@@ -292,6 +292,8 @@ async fn fencepost(args: &Args) -> Result<serde_json::Value> {
         fields["retransmissions"] = retransmissions.into();
         fields["duplicate_packets_received"] = duplicates.into();
         fields["packets_dropped_for_room"] = dropped.into();
+        // Datagrams the kernel dropped for want of socket buffer: on loopback the only loss.
+        fields["socket_overflows"] = endpoint.stats().socket_overflows.into();
         return Ok(fields);
     }
     let endpoint = Endpoint::bind(local_for(args.addr), EndpointConfig { driver: args.driver, ..EndpointConfig::client(transport) }).await?;
@@ -344,6 +346,7 @@ async fn fencepost(args: &Args) -> Result<serde_json::Value> {
         // When the connections finished, from the first connect: a spread shows unfairness.
         fields["first_done_s"] = done_at.first().copied().unwrap_or(0.0).into();
         fields["median_done_s"] = done_at.get(done_at.len() / 2).copied().unwrap_or(0.0).into();
+        fields["socket_overflows"] = endpoint.stats().socket_overflows.into();
         return Ok(fields);
     }
     let mut conn = endpoint.connect(args.addr).await?;

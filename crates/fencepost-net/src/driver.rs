@@ -466,8 +466,6 @@ pub(crate) struct Outgoing {
     spare: Vec<Vec<u8>>,
     /// The last turn stopped at [`TURN_BATCHES`] with more to send: the next comes at once.
     more_due: bool,
-    /// The room the core gets for each datagram.
-    max_datagram: usize,
     max_segments: usize,
 }
 
@@ -477,10 +475,6 @@ impl Outgoing {
             batches: std::collections::VecDeque::new(),
             spare: Vec::new(),
             more_due: false,
-            // The largest data packet, and never less than an Ethernet frame's, which every
-            // handshake packet fits (with 16-byte payloads the data packets are 50 bytes, the
-            // Initial at least 256). More room never makes a packet larger.
-            max_datagram: shared.config.transport.max_datagram().clamp(HANDSHAKE_ROOM, BATCH_BUF),
             max_segments: shared.udp.max_gso_segments().max(1),
         }
     }
@@ -801,8 +795,8 @@ fn hand_to_core(st: &mut State, now: fencepost_proto::Instant, from: SocketAddr,
 #[cold]
 #[inline(never)]
 fn accept_incoming(st: &mut State, from: SocketAddr, mut incoming: fencepost_proto::Incoming<SocketAddr>) {
-    if let Some(datagram) = st.routes.datagram_to(from) {
-        incoming.fit_datagram(datagram);
+    if let Some(route) = st.routes.route_to(from) {
+        incoming.fit_route(route);
     }
     // The endpoint already refused what exceeds max_connections; a server takes the rest.
     if let Ok(handle) = st.proto.accept(incoming) {
@@ -823,11 +817,20 @@ pub(crate) fn normalize(addr: SocketAddr) -> SocketAddr {
     }
 }
 
+/// The room to give the core for each datagram it writes (see [`collect_transmits`]).
+pub(crate) fn datagram_room(proto: &fencepost_proto::Endpoint<SocketAddr>) -> usize {
+    proto.widest_datagram().clamp(HANDSHAKE_ROOM, BATCH_BUF)
+}
+
 /// Everything the connections have to send now, written by the core straight into the
 /// batch buffers: after the last batch's datagrams while one more of any size fits there,
 /// else at the start of a new buffer.
 fn collect_transmits(st: &mut State, now: fencepost_proto::Instant, out: &mut Outgoing) {
-    let (max_datagram, max_segments) = (out.max_datagram, out.max_segments);
+    // The room the core gets for each datagram: the largest data packet (wider where a
+    // connection's peer is this host), and never less than an Ethernet frame's, which every
+    // handshake packet fits (with 16-byte payloads the data packets are 50 bytes, the
+    // Initial at least 256). More room never makes a packet larger.
+    let (max_datagram, max_segments) = (datagram_room(&st.proto), out.max_segments);
     out.more_due = false;
     loop {
         // (The last batch is looked at only once the count is reached.)

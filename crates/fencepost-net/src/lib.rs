@@ -542,8 +542,8 @@ impl Shared {
                 return Err(NetError::EndpointClosed(why.clone()));
             }
             let mut pending = st.proto.prepare_connect();
-            if let Some(datagram) = st.routes.datagram_to(addr) {
-                pending.fit_datagram(datagram);
+            if let Some(route) = st.routes.route_to(addr) {
+                pending.fit_route(route);
             }
             pending
         };
@@ -642,7 +642,7 @@ impl Shared {
         // together. (Its destination means nothing while it holds none.)
         let data = std::mem::take(&mut st.inline_scratch);
         // Room for each datagram: the largest the core writes, and never less than a handshake's.
-        let room = self.config.transport.max_datagram().max(1_500).min(data.len());
+        let room = driver::datagram_room(&st.proto).min(data.len());
         let max_segments = self.udp.max_gso_segments().clamp(1, INLINE_DATAGRAMS);
         let mut batch = driver::Batch { destination: self.local_addr, data, len: 0, segment: 0, count: 0 };
         let mut wake = false;

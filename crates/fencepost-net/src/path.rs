@@ -9,11 +9,15 @@
 //! handshake and acks passed. The connection stood established and moved nothing. Now
 //! each connection's packets are fitted to its route's MTU as the kernel knows it when the
 //! connection opens ([`RouteDatagrams`]), and a link narrower still, further on, may
-//! fragment them ([`allow_fragmentation`]).
+//! fragment them ([`allow_fragmentation`]). Where the peer is this host, nothing lies
+//! beyond the route, and packets widen to fill it, up to
+//! [`fencepost_proto::config::SAME_HOST_DATAGRAM`] (see `TransportConfig::fit_route`).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
+
+use fencepost_proto::Route;
 
 /// How long a route's MTU, once looked up, is taken as known: routes and their MTUs change
 /// rarely, and a server accepting a hundred connections from one host looks once.
@@ -22,17 +26,19 @@ const ROUTE_KEPT: Duration = Duration::from_secs(10);
 /// many addresses each cost one lookup, a few microseconds, beside their key agreement).
 const ROUTES_KEPT: usize = 4096;
 
-/// The largest datagram (UDP payload) the route to each peer carries whole, by address.
+/// The route to each peer, by address: the largest datagram (UDP payload) it carries
+/// whole, and whether the peer is this host.
 #[derive(Default)]
 pub(crate) struct RouteDatagrams {
-    known: HashMap<IpAddr, (Option<usize>, Instant)>,
+    known: HashMap<IpAddr, (Option<Route>, Instant)>,
 }
 
 impl RouteDatagrams {
-    /// The largest datagram the route to `peer` carries whole, as the kernel's routing
-    /// table (the outgoing interface's MTU, or a smaller one ICMP taught it) says; `None`
-    /// where it cannot tell.
-    pub(crate) fn datagram_to(&mut self, peer: SocketAddr) -> Option<usize> {
+    /// The route to `peer` as the kernel's routing table says: the largest datagram it
+    /// carries whole (the outgoing interface's MTU, or a smaller one ICMP taught it), and
+    /// whether the peer is this host (a loopback address, or one the kernel sends from
+    /// itself: one of the host's own); `None` where it cannot tell.
+    pub(crate) fn route_to(&mut self, peer: SocketAddr) -> Option<Route> {
         let now = Instant::now();
         let ip = peer.ip().to_canonical();
         if let Some(&(datagram, at)) = self.known.get(&ip) {
@@ -51,9 +57,10 @@ impl RouteDatagrams {
 
 /// Looks the route to `ip` up with a socket connected to it (no packet leaves: a UDP
 /// connect only picks the route) and reads its MTU (`IP_MTU`, `IPV6_MTU`), less the IP
-/// and UDP headers.
+/// and UDP headers, and the source address the kernel picked (its own when `ip` is one
+/// of this host's addresses).
 #[cfg(target_os = "linux")]
-fn route_datagram(ip: IpAddr) -> Option<usize> {
+fn route_datagram(ip: IpAddr) -> Option<Route> {
     use std::os::fd::AsRawFd;
     let (domain, level, name, headers) = match ip {
         IpAddr::V4(_) => (socket2::Domain::IPV4, libc::IPPROTO_IP, libc::IP_MTU, 20 + 8),
@@ -69,11 +76,13 @@ fn route_datagram(ip: IpAddr) -> Option<usize> {
     if got != 0 || mtu <= headers {
         return None;
     }
-    Some(mtu as usize - headers as usize)
+    let source = socket.local_addr().ok().and_then(|a| a.as_socket()).map(|a| a.ip().to_canonical());
+    let same_host = ip.is_loopback() || source == Some(ip);
+    Some(Route { datagram: mtu as usize - headers as usize, same_host })
 }
 
 #[cfg(not(target_os = "linux"))]
-fn route_datagram(_ip: IpAddr) -> Option<usize> {
+fn route_datagram(_ip: IpAddr) -> Option<Route> {
     None
 }
 
@@ -116,14 +125,34 @@ mod tests {
     #[cfg(target_os = "linux")]
     fn the_route_to_loopback_carries_its_interfaces_mtu() {
         let mut routes = RouteDatagrams::default();
-        let v4 = routes.datagram_to("127.0.0.1:5201".parse().unwrap());
+        let v4 = routes.route_to("127.0.0.1:5201".parse().unwrap());
         let mtu: usize = std::fs::read_to_string("/sys/class/net/lo/mtu").unwrap().trim().parse().unwrap();
         // An IP packet is at most 65,535 bytes, whatever the interface's MTU.
-        assert_eq!(v4, Some(mtu.min(65_535) - 28));
-        assert_eq!(routes.datagram_to("127.0.0.1:1".parse().unwrap()), v4);
+        assert_eq!(v4, Some(Route { datagram: mtu.min(65_535) - 28, same_host: true }));
+        assert_eq!(routes.route_to("127.0.0.1:1".parse().unwrap()), v4);
         assert_eq!(routes.known.len(), 1);
         // A v4-mapped IPv6 address is the same IPv4 destination.
-        assert_eq!(routes.datagram_to("[::ffff:127.0.0.1]:5201".parse().unwrap()), v4);
+        assert_eq!(routes.route_to("[::ffff:127.0.0.1]:5201".parse().unwrap()), v4);
         assert_eq!(routes.known.len(), 1);
+    }
+
+    /// One of the host's own addresses is the same host (the kernel routes it over
+    /// loopback); an address reached through an interface is not. Where this host has no
+    /// route beyond itself (a bare namespace) only the loopback case above can be checked.
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn the_hosts_own_address_is_the_same_host_and_a_remote_one_is_not() {
+        let remote: IpAddr = "198.51.100.7".parse().unwrap(); // documentation range, never this host
+        let probe = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+        if probe.connect((remote, 9)).is_err() {
+            eprintln!("no route leaves this host: skipped");
+            return;
+        }
+        let own = probe.local_addr().unwrap().ip();
+        let mut routes = RouteDatagrams::default();
+        let outward = routes.route_to(SocketAddr::new(remote, 9)).expect("the route the probe took");
+        assert!(!outward.same_host, "{outward:?}");
+        let inward = routes.route_to(SocketAddr::new(own, 9)).expect("a route to the host's own address");
+        assert!(inward.same_host && inward.datagram > outward.datagram.min(1_472) - 1, "{own}: {inward:?}");
     }
 }

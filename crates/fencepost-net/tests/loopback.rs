@@ -187,6 +187,10 @@ async fn bulk_transfer_arrives_with_matching_hashes() {
         .unwrap();
     assert!(summary.hashes_match, "{summary:?}");
     assert_eq!(summary.receiver_bytes, 20_000_000);
+    // The peer is this host: packets fill 8 kB datagrams, not Ethernet's 1,472 bytes
+    // (about 2,450 data packets for 20 MB where 14,000 would carry the Ethernet payload).
+    let least = 20_000_000 / fencepost_proto::config::SAME_HOST_DATAGRAM as u64;
+    assert!((least..least + least / 10).contains(&summary.data_packets_sent), "{} data packets", summary.data_packets_sent);
     tokio::time::sleep(Duration::from_millis(200)).await;
     let served = served.lock().unwrap();
     assert_eq!(served.len(), 1);

@@ -33,7 +33,7 @@
 //! 4. sleep until [`Endpoint::poll_timeout`] or the next datagram.
 
 use crate::assembler::BufferBudget;
-use crate::config::TransportConfig;
+use crate::config::{Route, TransportConfig};
 use crate::connection::{Connection, ConnectionSecrets, Event, Hello, Transmit};
 use crate::crypto::{EndpointSecrets, HandshakeError, PublicKey, StaticKey};
 use crate::time::{Duration, Instant};
@@ -153,8 +153,8 @@ pub struct Incoming<A> {
     remote: A,
     hello: Hello,
     received: Instant,
-    /// The largest datagram the route to `remote` carries whole, if the caller knows it.
-    path_datagram: Option<usize>,
+    /// What the route to `remote` carries, if the caller knows it.
+    route: Option<Route>,
 }
 
 impl<A> Incoming<A> {
@@ -166,7 +166,12 @@ impl<A> Incoming<A> {
     /// [`TransportConfig::fit_datagram`]): a driver tells what the route to the peer
     /// carries, which the transport cannot see.
     pub fn fit_datagram(&mut self, datagram: usize) {
-        self.path_datagram = Some(datagram);
+        self.route = Some(Route { datagram, same_host: false });
+    }
+    /// As [`Incoming::fit_datagram`], and wider packets where the peer is this host (see
+    /// [`TransportConfig::fit_route`]).
+    pub fn fit_route(&mut self, route: Route) {
+        self.route = Some(route);
     }
     /// The client's connection id.
     pub fn peer_cid(&self) -> u32 {
@@ -348,22 +353,25 @@ pub struct PendingConnect {
     secrets: ConnectionSecrets,
 }
 
-/// `config`, its payload fitted to datagrams of `datagram` bytes: the same configuration
-/// where it fits already (a loopback or Ethernet route), else a copy of it.
-fn fitted(config: &Arc<TransportConfig>, datagram: usize) -> Arc<TransportConfig> {
-    let payload = crate::config::payload_fitting(datagram, config.protection.overhead(), &config.redundancy);
-    if payload >= config.max_payload {
+/// `config`, its payload fitted to `route`: the same configuration where it fits already
+/// (an Ethernet route), else a copy of it.
+fn fitted(config: &Arc<TransportConfig>, route: Route) -> Arc<TransportConfig> {
+    if config.payload_for(route) == config.max_payload {
         return config.clone();
     }
     let mut fit = TransportConfig::clone(config);
-    fit.fit_datagram(datagram);
+    fit.fit_route(route);
     Arc::new(fit)
 }
 
 impl PendingConnect {
     /// As [`Incoming::fit_datagram`], for the connection this opens.
     pub fn fit_datagram(&mut self, datagram: usize) {
-        self.config = fitted(&self.config, datagram);
+        self.fit_route(Route { datagram, same_host: false });
+    }
+    /// As [`Incoming::fit_route`], for the connection this opens.
+    pub fn fit_route(&mut self, route: Route) {
+        self.config = fitted(&self.config, route);
     }
 
     /// Makes the connection and writes its Initial, the costly part of a connect, without
@@ -385,6 +393,8 @@ pub struct Endpoint<A: Clone + Eq + Hash> {
     rng: ChaCha20Rng,
     secrets: EndpointSecrets,
     budget: Arc<BufferBudget>,
+    /// The longest datagram any of its connections may send (see [`Endpoint::widest_datagram`]).
+    widest_datagram: usize,
     /// This endpoint's static key (version 2).
     static_key: Option<StaticKey>,
     connections: CidMap<Entry<A>>,
@@ -452,6 +462,7 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
         let secrets = EndpointSecrets::new(&mut rng, static_key.as_ref());
         Endpoint {
             budget: BufferBudget::new(config.buffer_budget),
+            widest_datagram: config.transport.max_datagram(),
             config,
             rng,
             secrets,
@@ -483,6 +494,14 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
     pub fn stats(&self) -> &EndpointStats {
         &self.stats
     }
+    /// The room [`Endpoint::poll_transmit`] may need for one datagram: the configured
+    /// payload's, or more once a connection's packets were widened to its route (see
+    /// [`Incoming::fit_route`]). It never shrinks, so a caller sizing buffers by it once
+    /// per turn is never short.
+    pub fn widest_datagram(&self) -> usize {
+        self.widest_datagram
+    }
+
     pub fn config(&self) -> &EndpointConfig {
         &self.config
     }
@@ -594,8 +613,8 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
         }
         let cid = self.fresh_cid();
         let secrets = self.connection_secrets(cid);
-        let config = match incoming.path_datagram {
-            Some(datagram) => fitted(&self.config.transport, datagram),
+        let config = match incoming.route {
+            Some(route) => fitted(&self.config.transport, route),
             None => self.config.transport.clone(),
         };
         let connection = match Connection::server(config, incoming.received, cid, &incoming.hello, &secrets) {
@@ -775,7 +794,7 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
                 }
             }
         }
-        let incoming = Incoming { remote, hello, received: now, path_datagram: None };
+        let incoming = Incoming { remote, hello, received: now, route: None };
         if self.connections.len() >= self.config.max_connections {
             return Routed::Done(self.refuse(incoming, buf).map(|(destination, transmit)| DatagramEvent::Response { destination, transmit }));
         }
@@ -1067,6 +1086,7 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
 
     fn insert(&mut self, cid: u32, mut connection: Connection, remote: A) -> ConnectionHandle {
         connection.set_buffer_budget(self.budget.clone());
+        self.widest_datagram = self.widest_datagram.max(connection.config().max_datagram());
         self.connections.insert(
             cid,
             Entry {
@@ -1312,10 +1332,10 @@ mod tests {
 
     /// A path that carries datagrams of up to `limit` bytes and silently drops longer ones
     /// (a tunnel, a narrow link, an IPv6 route at its least MTU); runs both endpoints for
-    /// `ms` milliseconds from `from`, the server told `server_knows` of the limit (else only
-    /// the client is). Returns the longest datagram each way.
-    fn narrow_path(net: &mut Net, limit: usize, server_knows: bool, from: u64, ms: u64) -> (usize, usize) {
-        let mut buf = vec![0u8; 2048];
+    /// `ms` milliseconds from `from`, the server told of its route to the client as
+    /// `server_route` says (if at all). Returns the longest datagram each way.
+    fn narrow_path(net: &mut Net, limit: usize, server_route: Option<Route>, from: u64, ms: u64) -> (usize, usize) {
+        let mut buf = vec![0u8; 65_536];
         let mut response = [0u8; 64];
         let mut longest = (0, 0);
         for t in from..from + ms {
@@ -1332,8 +1352,8 @@ mod tests {
                     }
                     match net.1.handle_datagram(now, 0, &buf[..tx.size], &mut response) {
                         Some(DatagramEvent::NewConnection(mut incoming)) => {
-                            if server_knows {
-                                incoming.fit_datagram(limit);
+                            if let Some(route) = server_route {
+                                incoming.fit_route(route);
                             }
                             let _ = net.1.accept(incoming);
                         }
@@ -1378,14 +1398,14 @@ mod tests {
             }
             let opened = pending.open(Instant::from_millis(1));
             let client = net.0.finish_connect(opened, 1);
-            let (longest_up, longest_down) = narrow_path(&mut net, LIMIT, fitted_by == "server", 1, 50);
+            let (longest_up, longest_down) = narrow_path(&mut net, LIMIT, (fitted_by == "server").then_some(Route { datagram: LIMIT, same_host: false }), 1, 50);
             assert_eq!(net.0.connection(client).unwrap().state(), State::Established, "{fitted_by}: the handshake is short");
             let server = net.1.handles().next().unwrap();
             let up = vec![3u8; 60_000];
             let down = vec![4u8; 60_000];
             assert_eq!(net.0.connection_mut(client).unwrap().write(&up).unwrap(), up.len());
             assert_eq!(net.1.connection_mut(server).unwrap().write(&down).unwrap(), down.len());
-            let (u, d) = narrow_path(&mut net, LIMIT, false, 51, 2_000);
+            let (u, d) = narrow_path(&mut net, LIMIT, None, 51, 2_000);
             let (longest_up, longest_down) = (longest_up.max(u), longest_down.max(d));
             let read = |ep: &mut Endpoint<u8>, h| {
                 let mut got = Vec::new();
@@ -1406,6 +1426,56 @@ mod tests {
             assert!(longest_up <= LIMIT && longest_down <= LIMIT, "{fitted_by}, {redundancy}: {longest_up} B up, {longest_down} B down");
             assert!(longest_up > LIMIT - 64, "{fitted_by}: packets still fill what the path carries ({longest_up} B)");
             assert!(at_server == up && at_client == down, "{fitted_by}, {redundancy}: {} and {} B crossed", at_server.len(), at_client.len());
+        }
+    }
+
+    /// Where both ends know the peer is this host (a loopback route, 64 kB wide), packets
+    /// fill [`crate::config::SAME_HOST_DATAGRAM`]-byte datagrams and the bytes cross. Where
+    /// one end does not (its route leaves the host), or the payload was chosen by the user,
+    /// the handshake's smaller payload rules and packets stay as they were.
+    #[test]
+    fn packets_widen_only_where_both_ends_see_the_same_host() {
+        use crate::config::SAME_HOST_DATAGRAM;
+        const LOOPBACK: usize = 65_536 - 28;
+        let local = Route { datagram: LOOPBACK, same_host: true };
+        let remote = Route { datagram: crate::config::ETHERNET_DATAGRAM, same_host: false };
+        let chosen = TransportConfig { max_payload: 1_000, ..TransportConfig::default() };
+        for (client_route, server_route, transport, widened) in [
+            (local, local, TransportConfig::default(), true),
+            (local, local, TransportConfig::default().insecure(), true),
+            (local, remote, TransportConfig::default(), false),
+            (remote, local, TransportConfig::default(), false),
+            (local, local, chosen, false),
+        ] {
+            let user_payload = transport.max_payload;
+            let mut net = pair_with(transport, 10);
+            let mut pending = net.0.prepare_connect();
+            pending.fit_route(client_route);
+            let opened = pending.open(Instant::from_millis(1));
+            let client = net.0.finish_connect(opened, 1);
+            narrow_path(&mut net, LOOPBACK, Some(server_route), 1, 50);
+            assert_eq!(net.0.connection(client).unwrap().state(), State::Established);
+            let server = net.1.handles().next().unwrap();
+            let up: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+            assert_eq!(net.0.connection_mut(client).unwrap().write(&up).unwrap(), up.len());
+            let (longest_up, _) = narrow_path(&mut net, LOOPBACK, None, 51, 2_000);
+            let mut got = Vec::new();
+            let mut buf = vec![0u8; 65_536];
+            while let Ok(n) = net.1.connection_mut(server).unwrap().read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buf[..n]);
+            }
+            assert!(got == up, "{client_route:?} / {server_route:?}: {} of {} B crossed", got.len(), up.len());
+            if widened {
+                assert!(longest_up <= SAME_HOST_DATAGRAM && longest_up > SAME_HOST_DATAGRAM - 64, "{longest_up} B");
+            } else {
+                assert!(longest_up <= crate::config::ETHERNET_DATAGRAM, "{client_route:?} / {server_route:?}: {longest_up} B");
+                if user_payload == 1_000 {
+                    assert!(longest_up < 1_100, "a payload the user chose stays: {longest_up} B");
+                }
+            }
         }
     }
 

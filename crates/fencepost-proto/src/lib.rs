@@ -27,7 +27,7 @@ pub mod trace;
 pub mod wire;
 
 pub use assembler::Assembler;
-pub use config::{Arq, FenceWidth, Profile, SendPolicy, TransportConfig};
+pub use config::{Arq, FenceWidth, Profile, Route, SendPolicy, TransportConfig};
 pub use congestion::{AckBatch, Controller, ControllerConfig, ControllerFactory, CubicConfig, FixedConfig, RateSample, RenoConfig, SentPacket, TahoeConfig};
 pub use connection::{Connection, ConnectionError, ConnectionSecrets, Event, Hello, ReadError, Side, State, Transmit, WriteError};
 pub use crypto::{Cipher, NoiseConfig, PublicKey, StaticKey};
