@@ -293,6 +293,12 @@ impl TransportConfig {
     pub fn max_datagram(&self) -> usize {
         DATA_OVERHEAD + self.max_payload as usize + self.protection.overhead()
     }
+
+    /// Longest datagram of any kind this side sends: a data packet, or a repair of one
+    /// (its symbol carries the payload's length and flags), if the redundancy sends repairs.
+    pub fn longest_datagram(&self) -> usize {
+        self.max_datagram() + repairs_longer_by(&self.redundancy)
+    }
 }
 
 impl Default for TransportConfig {
@@ -337,12 +343,21 @@ pub fn mtu_payload_with(protection_overhead: usize, redundancy: &RedundancyConfi
     payload_fitting(ETHERNET_DATAGRAM, protection_overhead, redundancy)
 }
 
+/// How much longer than its data packets a side's repairs are: a repair carries its
+/// symbol (the payload with 2 bytes of length and 1 of flags) behind a shorter header.
+fn repairs_longer_by(redundancy: &RedundancyConfig) -> usize {
+    if redundancy.sends_repairs() {
+        crate::wire::REPAIR_OVERHEAD + 3 - DATA_OVERHEAD
+    } else {
+        0
+    }
+}
+
 /// The largest payload whose data packets, and repairs of them, are datagrams of at most
 /// `datagram` bytes (UDP's payload), with this protection and redundancy; never below
 /// the wire format's least ([`crate::wire::MIN_PAYLOAD`]).
 pub fn payload_fitting(datagram: usize, protection_overhead: usize, redundancy: &RedundancyConfig) -> u16 {
-    let repairs_longer_by = if redundancy.sends_repairs() { crate::wire::REPAIR_OVERHEAD + 3 - DATA_OVERHEAD } else { 0 };
-    let payload = datagram.saturating_sub(DATA_OVERHEAD + protection_overhead + repairs_longer_by);
+    let payload = datagram.saturating_sub(DATA_OVERHEAD + protection_overhead + repairs_longer_by(redundancy));
     payload.clamp(usize::from(crate::wire::MIN_PAYLOAD), usize::from(u16::MAX)) as u16
 }
 
@@ -355,13 +370,11 @@ mod tests {
     #[test]
     fn a_payload_widens_only_for_the_same_host_and_only_as_far_as_its_route() {
         let config = TransportConfig::default();
-        // The longest datagram the side sends: a data packet, or a repair 2 bytes longer
-        // when the redundancy may send repairs.
+        // The longest datagram the side sends (a repair is 2 bytes longer than data).
         let datagram_of = |c: &TransportConfig, route: Route| {
             let mut fit = c.clone();
             fit.fit_route(route);
-            let repair_margin = if fit.redundancy.sends_repairs() { crate::wire::REPAIR_OVERHEAD + 3 - DATA_OVERHEAD } else { 0 };
-            fit.max_datagram() + repair_margin
+            fit.longest_datagram()
         };
         let loopback = Route { datagram: 65_536 - 28, same_host: true };
         assert_eq!(datagram_of(&config, loopback), SAME_HOST_DATAGRAM);

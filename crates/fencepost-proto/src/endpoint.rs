@@ -462,7 +462,7 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
         let secrets = EndpointSecrets::new(&mut rng, static_key.as_ref());
         Endpoint {
             budget: BufferBudget::new(config.buffer_budget),
-            widest_datagram: config.transport.max_datagram(),
+            widest_datagram: config.transport.longest_datagram(),
             config,
             rng,
             secrets,
@@ -494,10 +494,10 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
     pub fn stats(&self) -> &EndpointStats {
         &self.stats
     }
-    /// The room [`Endpoint::poll_transmit`] may need for one datagram: the configured
-    /// payload's, or more once a connection's packets were widened to its route (see
-    /// [`Incoming::fit_route`]). It never shrinks, so a caller sizing buffers by it once
-    /// per turn is never short.
+    /// The room [`Endpoint::poll_transmit`] may need for one datagram (a data packet or a
+    /// repair): the configured payload's, or more once a connection's packets were widened
+    /// to its route (see [`Incoming::fit_route`]). It never shrinks, so a caller sizing
+    /// buffers by it once per turn is never short.
     pub fn widest_datagram(&self) -> usize {
         self.widest_datagram
     }
@@ -1086,7 +1086,7 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
 
     fn insert(&mut self, cid: u32, mut connection: Connection, remote: A) -> ConnectionHandle {
         connection.set_buffer_budget(self.budget.clone());
-        self.widest_datagram = self.widest_datagram.max(connection.config().max_datagram());
+        self.widest_datagram = self.widest_datagram.max(connection.config().longest_datagram());
         self.connections.insert(
             cid,
             Entry {
@@ -1440,8 +1440,12 @@ mod tests {
         let local = Route { datagram: LOOPBACK, same_host: true };
         let remote = Route { datagram: crate::config::ETHERNET_DATAGRAM, same_host: false };
         let chosen = TransportConfig { max_payload: 1_000, ..TransportConfig::default() };
+        let mut fec = TransportConfig::default();
+        fec.set_redundancy(crate::redundancy::RedundancyConfig::Fec(crate::redundancy::FecCode::Block { k: 8, n: 12 }));
         for (client_route, server_route, transport, widened) in [
             (local, local, TransportConfig::default(), true),
+            // Repairs, 2 bytes longer than data, fill the datagram.
+            (local, local, fec, true),
             (local, local, TransportConfig::default().insecure(), true),
             (local, remote, TransportConfig::default(), false),
             (remote, local, TransportConfig::default(), false),
@@ -1459,6 +1463,8 @@ mod tests {
             let up: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
             assert_eq!(net.0.connection_mut(client).unwrap().write(&up).unwrap(), up.len());
             let (longest_up, _) = narrow_path(&mut net, LOOPBACK, None, 51, 2_000);
+            // What a driver sizes each datagram's room by covers the longest sent.
+            assert!(longest_up <= net.0.widest_datagram(), "{longest_up} B sent, room for {}", net.0.widest_datagram());
             let mut got = Vec::new();
             let mut buf = vec![0u8; 65_536];
             while let Ok(n) = net.1.connection_mut(server).unwrap().read(&mut buf) {
