@@ -817,7 +817,10 @@ pub(crate) fn normalize(addr: SocketAddr) -> SocketAddr {
     }
 }
 
-/// The room to give the core for each datagram it writes (see [`collect_transmits`]).
+/// The room to give the core for each datagram it writes: the longest packet any
+/// connection sends (wider where a connection's peer is this host), and never less than an
+/// Ethernet frame's, which every handshake packet fits (with 16-byte payloads the data
+/// packets are 50 bytes, the Initial at least 256). More room never makes a packet larger.
 pub(crate) fn datagram_room(proto: &fencepost_proto::Endpoint<SocketAddr>) -> usize {
     proto.widest_datagram().clamp(HANDSHAKE_ROOM, BATCH_BUF)
 }
@@ -826,10 +829,6 @@ pub(crate) fn datagram_room(proto: &fencepost_proto::Endpoint<SocketAddr>) -> us
 /// batch buffers: after the last batch's datagrams while one more of any size fits there,
 /// else at the start of a new buffer.
 fn collect_transmits(st: &mut State, now: fencepost_proto::Instant, out: &mut Outgoing) {
-    // The room the core gets for each datagram: the largest data packet (wider where a
-    // connection's peer is this host), and never less than an Ethernet frame's, which every
-    // handshake packet fits (with 16-byte payloads the data packets are 50 bytes, the
-    // Initial at least 256). More room never makes a packet larger.
     let (max_datagram, max_segments) = (datagram_room(&st.proto), out.max_segments);
     out.more_due = false;
     loop {

@@ -335,7 +335,7 @@ struct State {
     memory_returned_at: Option<fencepost_proto::Instant>,
     memory_pending: (usize, fencepost_proto::Instant),
     /// What the route to each peer carries, to fit new connections' packets to it.
-    routes: path::RouteDatagrams,
+    routes: path::KnownRoutes,
 }
 
 impl State {
@@ -611,7 +611,7 @@ impl Shared {
                 closing_after_send: WakerSet::default(),
                 memory_returned_at: None,
                 memory_pending: (0, fencepost_proto::Instant::ZERO),
-                routes: path::RouteDatagrams::default(),
+                routes: path::KnownRoutes::default(),
             }),
             receiving: Mutex::new(driver::Backlog::default()),
             reader: Mutex::new(ReaderWatch::Untried),

@@ -8,7 +8,7 @@
 //! (`EMSGSIZE`, or `EINVAL` for a GSO batch) or dropped on the way, while the short
 //! handshake and acks passed. The connection stood established and moved nothing. Now
 //! each connection's packets are fitted to its route's MTU as the kernel knows it when the
-//! connection opens ([`RouteDatagrams`]), and a link narrower still, further on, may
+//! connection opens ([`KnownRoutes`]), and a link narrower still, further on, may
 //! fragment them ([`allow_fragmentation`]). Where the peer is this host, nothing lies
 //! beyond the route, and packets widen to fill it, up to
 //! [`fencepost_proto::config::SAME_HOST_DATAGRAM`] (see `TransportConfig::fit_route`).
@@ -29,11 +29,11 @@ const ROUTES_KEPT: usize = 4096;
 /// The route to each peer, by address: the largest datagram (UDP payload) it carries
 /// whole, and whether the peer is this host.
 #[derive(Default)]
-pub(crate) struct RouteDatagrams {
+pub(crate) struct KnownRoutes {
     known: HashMap<IpAddr, (Option<Route>, Instant)>,
 }
 
-impl RouteDatagrams {
+impl KnownRoutes {
     /// The route to `peer` as the kernel's routing table says: the largest datagram it
     /// carries whole (the outgoing interface's MTU, or a smaller one ICMP taught it), and
     /// whether the peer is this host (a loopback address, or one the kernel sends from
@@ -41,17 +41,17 @@ impl RouteDatagrams {
     pub(crate) fn route_to(&mut self, peer: SocketAddr) -> Option<Route> {
         let now = Instant::now();
         let ip = peer.ip().to_canonical();
-        if let Some(&(datagram, at)) = self.known.get(&ip) {
+        if let Some(&(route, at)) = self.known.get(&ip) {
             if now.duration_since(at) < ROUTE_KEPT {
-                return datagram;
+                return route;
             }
         }
         if self.known.len() >= ROUTES_KEPT {
             self.known.clear();
         }
-        let datagram = route_datagram(ip);
-        self.known.insert(ip, (datagram, now));
-        datagram
+        let route = look_up_route(ip);
+        self.known.insert(ip, (route, now));
+        route
     }
 }
 
@@ -60,7 +60,7 @@ impl RouteDatagrams {
 /// and UDP headers, and the source address the kernel picked (its own when `ip` is one
 /// of this host's addresses).
 #[cfg(target_os = "linux")]
-fn route_datagram(ip: IpAddr) -> Option<Route> {
+fn look_up_route(ip: IpAddr) -> Option<Route> {
     use std::os::fd::AsRawFd;
     let (domain, level, name, headers) = match ip {
         IpAddr::V4(_) => (socket2::Domain::IPV4, libc::IPPROTO_IP, libc::IP_MTU, 20 + 8),
@@ -82,14 +82,14 @@ fn route_datagram(ip: IpAddr) -> Option<Route> {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn route_datagram(_ip: IpAddr) -> Option<Route> {
+fn look_up_route(_ip: IpAddr) -> Option<Route> {
     None
 }
 
 /// Lets datagrams longer than some link further on reach the peer in fragments rather than
 /// not at all. quinn-udp forbids fragmentation, as QUIC does, which probes the path for its
 /// packet size; this transport fits its packets to the first link's MTU
-/// ([`RouteDatagrams`]) and cannot see past it. IPv4 packets leave without "don't
+/// ([`KnownRoutes`]) and cannot see past it. IPv4 packets leave without "don't
 /// fragment", so a narrower router splits them; an IPv6 router never does, but with path
 /// MTU discovery on (and `IPV6_DONTFRAG` off) the sending kernel splits what the ICMPv6
 /// "packet too big" it received says no longer fits. Where every link is as wide as the
@@ -124,7 +124,7 @@ mod tests {
     #[test]
     #[cfg(target_os = "linux")]
     fn the_route_to_loopback_carries_its_interfaces_mtu() {
-        let mut routes = RouteDatagrams::default();
+        let mut routes = KnownRoutes::default();
         let v4 = routes.route_to("127.0.0.1:5201".parse().unwrap());
         let mtu: usize = std::fs::read_to_string("/sys/class/net/lo/mtu").unwrap().trim().parse().unwrap();
         // An IP packet is at most 65,535 bytes, whatever the interface's MTU.
@@ -149,7 +149,7 @@ mod tests {
             return;
         }
         let own = probe.local_addr().unwrap().ip();
-        let mut routes = RouteDatagrams::default();
+        let mut routes = KnownRoutes::default();
         let outward = routes.route_to(SocketAddr::new(remote, 9)).expect("the route the probe took");
         assert!(!outward.same_host, "{outward:?}");
         let inward = routes.route_to(SocketAddr::new(own, 9)).expect("a route to the host's own address");

@@ -356,12 +356,11 @@ pub struct PendingConnect {
 /// `config`, its payload fitted to `route`: the same configuration where it fits already
 /// (an Ethernet route), else a copy of it.
 fn fitted(config: &Arc<TransportConfig>, route: Route) -> Arc<TransportConfig> {
-    if config.payload_for(route) == config.max_payload {
+    let max_payload = config.payload_for(route);
+    if max_payload == config.max_payload {
         return config.clone();
     }
-    let mut fit = TransportConfig::clone(config);
-    fit.fit_route(route);
-    Arc::new(fit)
+    Arc::new(TransportConfig { max_payload, ..TransportConfig::clone(config) })
 }
 
 impl PendingConnect {

@@ -593,9 +593,9 @@ impl Bbr {
         } else if rate < 3_000_000 {
             2 * self.mss
         } else {
-            // Never below two packets, whatever their size: a payload over 32 kB (loopback,
-            // `--packet-size`) made the bounds cross and `clamp` panic.
-            (rate / 1000).clamp(2 * self.mss, (64 * 1024).max(2 * self.mss))
+            // Never below two packets, whatever their size: with a payload over 32 kB
+            // (`--packet-size`) a `clamp` to [two packets, 64 kB] had crossed bounds and panicked.
+            (rate / 1000).min(64 * 1024).max(2 * self.mss)
         }
     }
 
