@@ -244,7 +244,7 @@ async fn run(shared: Arc<Shared>, mut socket: DriverSocket) {
                 return;
             }
         }
-        let (deadline, sending, reader_watches) = {
+        let (deadline, sending, reader_watches, this_turn) = {
             let mut st = shared.lock();
             if st.stopped.is_some() {
                 return;
@@ -263,7 +263,15 @@ async fn run(shared: Arc<Shared>, mut socket: DriverSocket) {
             // While the driver holds datagrams, a writer's thread must not send past them.
             let sending = !out.batches.is_empty();
             st.driver_sending = sending;
-            (deadline, sending, reader_watches.is_some())
+            #[cfg(test)]
+            {
+                st.driver_sending |= st.always_sending;
+            }
+            st.turns_taken += 1;
+            if !sending {
+                st.turns_sent = st.turns_taken;
+            }
+            (deadline, sending, reader_watches.is_some(), st.turns_taken)
         };
         while let Some(batch) = out.next_batch() {
             let sent = send(&shared, &mut socket, &batch).await;
@@ -279,7 +287,13 @@ async fn run(shared: Arc<Shared>, mut socket: DriverSocket) {
             }
         }
         if sending {
-            shared.lock().driver_sending = false;
+            let mut st = shared.lock();
+            st.driver_sending = false;
+            #[cfg(test)]
+            {
+                st.driver_sending |= st.always_sending;
+            }
+            st.turns_sent = this_turn;
         }
         // Only now: the last ack a closed connection owed its peer is on the wire, and an
         // application that exits as soon as `closed()` returns cannot take it with it.
