@@ -123,7 +123,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
               f"wrong version {s['wrong_version']:,}, refused {s['refused']:,}, forged handshakes {s['forged_handshakes']:,}, "
               f"Initials shed in a flood {s['initials_shed']:,}"
               + (f", by this host's kernel at the socket (a full receive buffer, mostly; GRO may have merged several datagrams into one) {kernel:,}"
-                 f" (receiving connections' windows held after {s.get('socket_overflows', 0):,} such overflows)"
+                 f" (receiving connections' windows held after {s.get('socket_overflows', 0):,} such overflows,"
+                 f" and {s.get('socket_fill_holds', 0):,} times as the socket came near full)"
                  if kernel is not None else "")
               + f"; sent without a connection: {s['retries_sent']:,} retries and {s['stateless_resets_sent']:,} stateless resets "
               f"({s['stateless_bytes_sent']:,} bytes); peers followed to a new address {s.get('peer_address_changes', 0):,}", file=sys.stderr)

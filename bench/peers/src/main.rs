@@ -294,6 +294,8 @@ async fn fencepost(args: &Args) -> Result<serde_json::Value> {
         fields["packets_dropped_for_room"] = dropped.into();
         // Datagrams the kernel dropped for want of socket buffer: on loopback the only loss.
         fields["socket_overflows"] = endpoint.stats().socket_overflows.into();
+        // Times the socket's buffer came near full and the windows were held before it overflowed.
+        fields["socket_fill_holds"] = endpoint.stats().socket_fill_holds.into();
         return Ok(fields);
     }
     let endpoint = Endpoint::bind(local_for(args.addr), EndpointConfig { driver: args.driver, ..EndpointConfig::client(transport) }).await?;

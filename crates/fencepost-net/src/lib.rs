@@ -95,6 +95,23 @@ fn receive_buffer_of(socket: &std::net::UdpSocket) -> Option<usize> {
 /// Datagrams the kernel dropped at this socket since it was opened (`SO_MEMINFO`'s
 /// `SK_MEMINFO_DROPS`: a full receive buffer, mostly), if it says.
 pub(crate) fn receive_drops_of(socket: &std::net::UdpSocket) -> Option<u64> {
+    receive_memory_of(socket).map(|m| m.drops)
+}
+
+/// What `SO_MEMINFO` says of a socket's receive side.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ReceiveMemory {
+    /// Datagrams dropped since the socket was opened (`SK_MEMINFO_DROPS`).
+    pub(crate) drops: u64,
+    /// Memory charged to the receive queue (`SK_MEMINFO_RMEM_ALLOC`), which the kernel
+    /// compares with the buffer (as `SO_RCVBUF` reads it) to drop: the datagrams queued,
+    /// with their overhead, and for UDP up to a quarter of the buffer already read and not
+    /// yet given back (released in batches while the queue is not empty).
+    pub(crate) charged: u64,
+}
+
+/// The socket's receive memory and drops, if the system says (Linux).
+pub(crate) fn receive_memory_of(socket: &std::net::UdpSocket) -> Option<ReceiveMemory> {
     #[cfg(target_os = "linux")]
     {
         use std::os::fd::AsRawFd;
@@ -106,7 +123,8 @@ pub(crate) fn receive_drops_of(socket: &std::net::UdpSocket) -> Option<u64> {
         // SAFETY: getsockopt writes at most `len` bytes into `info`, which holds that many.
         let rc = unsafe { libc::getsockopt(socket.as_raw_fd(), libc::SOL_SOCKET, SO_MEMINFO, info.as_mut_ptr().cast(), &mut len) };
         let drops = libc::SK_MEMINFO_DROPS as usize;
-        (rc == 0 && (len as usize) > drops * 4).then(|| u64::from(info[drops]))
+        let charged = libc::SK_MEMINFO_RMEM_ALLOC as usize;
+        (rc == 0 && (len as usize) > drops * 4).then(|| ReceiveMemory { drops: u64::from(info[drops]), charged: u64::from(info[charged]) })
     }
     #[cfg(not(target_os = "linux"))]
     {

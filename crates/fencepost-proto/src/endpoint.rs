@@ -110,6 +110,9 @@ pub struct EndpointStats {
     /// Socket overflows while most datagrams went to no connection (a flood): no window
     /// was held for them.
     pub socket_overflows_in_floods: u64,
+    /// Times the driver saw the socket's buffer nearly full and held the receiving
+    /// connections' windows before it overflowed (see [`Endpoint::note_socket_filling`]).
+    pub socket_fill_holds: u64,
     /// Connections whose peer's packets came from a new address and were followed there
     /// (see [`Endpoint::handle_datagram`]: a NAT that gave the peer a new port).
     pub peer_address_changes: u64,
@@ -238,8 +241,12 @@ pub const TRANSMIT_BURST: u32 = 64;
 /// held at once, so that a connection whose reader keeps up still reuses its buffers.
 const SPARE_BUFFERS_FLOOR: usize = 64;
 /// How recently a connection must have received to be among those that filled a socket
-/// that overflowed ([`Endpoint::note_socket_overflow`]).
-const OVERFLOW_RECENT: Duration = Duration::from_millis(5);
+/// that overflowed or nearly did ([`Endpoint::note_socket_overflow`]). Longer than the
+/// socket's queue may be behind: the connections whose packets fill it are not all those
+/// the receiver read last. With 5 ms, a server of 100 loopback connections that had
+/// fallen 30-50 ms behind held only the twenty or so whose turns it had just read, the
+/// others kept sending, and the socket overflowed after the hold as often as without.
+const OVERFLOW_RECENT: Duration = Duration::from_millis(100);
 
 /// Connections by id. While an endpoint holds few (a client holds one, as does each
 /// endpoint in the simulator), their ids are a short list searched in one or two cache
@@ -906,28 +913,54 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
     /// what the socket holds (see `Connection::on_socket_overflow`). The kernel doubles
     /// the size a socket is given to allow for the memory each datagram sits in, so the
     /// socket is taken to hold half of it in payloads: `socket_buffer / (2 × payload)`
-    /// packets. (Counted at four fifths of it instead, one connection resent more and went
+    /// packets, each connection's payload as it was fitted to the route. (Counted at four fifths of it instead, one connection resent more and went
     /// no faster.)
     ///
     /// Not when most datagrams since the last such note went to no connection (garbage,
     /// forged or shed handshakes, Initials answered with a Retry): a flood overflowed the
     /// socket, and holding the connections' windows for it would hand the flood their rate.
     pub fn note_socket_overflow(&mut self, now: Instant, socket_buffer: usize) {
-        let (received, stray) = (self.stats.datagrams_received, self.stats.for_no_connection());
-        let (received_before, stray_before) = std::mem::replace(&mut self.overflow_seen, (received, stray));
-        if 2 * (stray - stray_before) > received - received_before {
+        if self.flooded_since_last_note() {
             self.stats.socket_overflows_in_floods += 1;
             return;
         }
         self.stats.socket_overflows += 1;
+        self.hold_receiving_windows(now, socket_buffer);
+    }
+
+    /// The driver saw the socket's buffer nearly full: the receiving connections' windows
+    /// are held as [`Endpoint::note_socket_overflow`] holds them, before the kernel drops
+    /// anything (not in a flood either).
+    pub fn note_socket_filling(&mut self, now: Instant, socket_buffer: usize) {
+        if self.flooded_since_last_note() {
+            return;
+        }
+        self.stats.socket_fill_holds += 1;
+        self.hold_receiving_windows(now, socket_buffer);
+    }
+
+    /// Whether most datagrams since the last note of the socket went to no connection.
+    fn flooded_since_last_note(&mut self) -> bool {
+        let (received, stray) = (self.stats.datagrams_received, self.stats.for_no_connection());
+        let (received_before, stray_before) = std::mem::replace(&mut self.overflow_seen, (received, stray));
+        2 * (stray - stray_before) > received - received_before
+    }
+
+    /// Holds each connection that received in the last [`OVERFLOW_RECENT`] to its share of
+    /// what the socket holds (see `Connection::on_socket_overflow`).
+    fn hold_receiving_windows(&mut self, now: Instant, socket_buffer: usize) {
         let since = now - OVERFLOW_RECENT;
         let receiving: Vec<u32> = self.connections.iter().filter(|(_, e)| e.connection.received_since(since)).map(|(&cid, _)| cid).collect();
         let Some(count) = std::num::NonZeroUsize::new(receiving.len()) else { return };
-        let holds = (socket_buffer / (2 * self.max_payload())) as u64;
-        let share = holds / count.get() as u64;
+        // In bytes of payload, each connection's share counted in its own packets: those to
+        // this host are wider than the endpoint's configured payload (counted in that, a
+        // hundred loopback connections of 8 kB packets were each held to 3.8 MB, 5.7 times
+        // their share, and the socket went on overflowing).
+        let share_bytes = (socket_buffer / 2 / count.get()) as u64;
         for cid in receiving {
             if let Some(entry) = self.connections.get_mut(&cid) {
-                entry.connection.on_socket_overflow(now, share);
+                let payload = entry.connection.payload_size().max(1) as u64;
+                entry.connection.on_socket_overflow(now, share_bytes / payload);
             }
             self.touch(cid);
         }
@@ -1940,7 +1973,7 @@ mod tests {
                 while net.1.reading(h, |c| c.read(&mut got).unwrap_or(0)).unwrap_or(0) > 0 {}
             }
         };
-        for ms in 2..30 {
+        for ms in 2..130 {
             let now = Instant::from_millis(ms);
             let _ = net.0.connection_mut(client).unwrap().write(&vec![5u8; 200 * payload]);
             net.0.handle_timeout(now);
@@ -1948,13 +1981,14 @@ mod tests {
             exchange(&mut net, now);
             drain(&mut net);
         }
-        let before = flight_allowed(&mut net, client, Instant::from_millis(30));
+        let before = flight_allowed(&mut net, client, Instant::from_millis(130));
         assert!(before >= 1_000, "the fixed window, not the peer's, bounds the flight at first ({before})");
-        exchange(&mut net, Instant::from_millis(30));
+        exchange(&mut net, Instant::from_millis(130));
         drain(&mut net);
 
-        // The socket holds 120 packets, by the endpoint's count; one connection received lately.
-        let now = Instant::from_millis(31);
+        // The socket holds 120 packets; one connection received lately (the other not since its
+        // handshake, over 100 ms before).
+        let now = Instant::from_millis(131);
         net.1.note_socket_overflow(now, 120 * 2 * payload);
         assert_eq!(net.1.stats().socket_overflows, 1);
         let server_side = |net: &Net, client_cid: u32| net.1.handles().find(|&h| net.1.connection(h).unwrap().peer_cid() == client_cid).unwrap();
@@ -1973,7 +2007,7 @@ mod tests {
         // The sender fills the window; 10 ms on, it is a quarter wider.
         exchange(&mut net, now);
         drain(&mut net);
-        let later = Instant::from_millis(42);
+        let later = Instant::from_millis(142);
         let _ = net.0.connection_mut(client).unwrap().write(&vec![5u8; 300 * payload]);
         net.0.handle_timeout(later);
         net.1.handle_timeout(later);
@@ -1982,7 +2016,7 @@ mod tests {
         let grown = flight_allowed(&mut net, client, later);
         assert!(grown > held && grown <= 160, "grown by a quarter ({held} -> {grown})");
         // Step by step it grows while the sender fills it, until the sender's own window binds.
-        for ms in 43..400 {
+        for ms in 143..500 {
             let now = Instant::from_millis(ms);
             let _ = net.0.connection_mut(client).unwrap().write(&vec![5u8; 2_000 * payload]);
             net.0.handle_timeout(now);
@@ -1990,8 +2024,53 @@ mod tests {
             exchange(&mut net, now);
             drain(&mut net);
         }
-        let after = flight_allowed(&mut net, client, Instant::from_millis(400));
+        let after = flight_allowed(&mut net, client, Instant::from_millis(500));
         assert!(after >= 1_000, "the held window grew past the sender's own ({after})");
+    }
+
+    /// A socket nearly full holds the receiving connections' windows as an overflow does,
+    /// counted apart; and a connection's share is counted in its own packets, not in the
+    /// endpoint's configured payload (connections to this host have wider ones; here the
+    /// client asked for narrower ones, 500 bytes against the server's 1,436).
+    #[test]
+    fn a_filling_socket_holds_windows_to_shares_in_each_connections_own_packets() {
+        let mut client_transport = TransportConfig::default().insecure();
+        client_transport.controller = ControllerConfig::Fixed(FixedConfig::default().window_packets(1_000));
+        client_transport.max_payload = 500;
+        let server_transport = TransportConfig::default().insecure();
+        let server_payload = usize::from(server_transport.max_payload);
+        let mut net: Net = (Endpoint::new(EndpointConfig::client(client_transport), 1), Endpoint::new(EndpointConfig::server(server_transport), 2));
+        let client = established(&mut net, Instant::from_millis(1));
+        let payload = net.0.connection(client).unwrap().payload_size();
+        assert_eq!(payload, 500, "the smaller offer rules");
+        let mut got = vec![0u8; 1 << 20];
+        let mut drain = |net: &mut Net| {
+            for h in net.1.handles().collect::<Vec<_>>() {
+                while net.1.reading(h, |c| c.read(&mut got).unwrap_or(0)).unwrap_or(0) > 0 {}
+            }
+        };
+        for ms in 2..30 {
+            let now = Instant::from_millis(ms);
+            let _ = net.0.connection_mut(client).unwrap().write(&vec![5u8; 200 * payload]);
+            net.0.handle_timeout(now);
+            net.1.handle_timeout(now);
+            exchange(&mut net, now);
+            drain(&mut net);
+        }
+        let before = flight_allowed(&mut net, client, Instant::from_millis(30));
+        assert!(before >= 1_000, "the fixed window bounds the flight at first ({before})");
+        exchange(&mut net, Instant::from_millis(30));
+        drain(&mut net);
+
+        // A socket that holds 120 of this connection's packets (42 of the endpoint's own).
+        let now = Instant::from_millis(31);
+        net.1.note_socket_filling(now, 120 * 2 * payload);
+        assert_eq!((net.1.stats().socket_fill_holds, net.1.stats().socket_overflows), (1, 0));
+        assert!(120 * payload / server_payload < 100, "the endpoint's payload would count fewer packets");
+        exchange(&mut net, now);
+        drain(&mut net);
+        let held = flight_allowed(&mut net, client, now);
+        assert!((100..=120).contains(&held), "held to its share in its own packets ({held})");
     }
 
     /// A socket that overflowed while most of what came was garbage (a flood) holds no

@@ -279,6 +279,7 @@ pub(crate) fn endpoint_stats_dict<'py>(py: Python<'py>, s: &fencepost_proto::End
         ("initials_shed", s.initials_shed),
         ("socket_overflows", s.socket_overflows),
         ("socket_overflows_in_floods", s.socket_overflows_in_floods),
+        ("socket_fill_holds", s.socket_fill_holds),
         ("peer_address_changes", s.peer_address_changes),
     ] {
         d.set_item(k, v)?;
