@@ -364,7 +364,7 @@ const OVERFLOW_LOOK: fencepost_proto::Duration = fencepost_proto::Duration::from
 
 /// How full the socket's buffer may get, in quarters of what the kernel charges against it
 /// (`SK_MEMINFO_RMEM_ALLOC` against `SO_RCVBUF`), before the driver holds the receiving
-/// connections' windows as an overflow would, but before one: the windows of many
+/// connections' windows as an overflow does, before one comes: the windows of many
 /// connections sending over loopback (100 bulk connections of 8 kB packets, whose rate
 /// estimates measure their turns' bursts) add up to more than the socket holds, and when
 /// the receiving host fell behind for a moment the queue grew to the buffer's end: thousands

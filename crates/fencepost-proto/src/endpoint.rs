@@ -913,8 +913,8 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
     /// what the socket holds (see `Connection::on_socket_overflow`). The kernel doubles
     /// the size a socket is given to allow for the memory each datagram sits in, so the
     /// socket is taken to hold half of it in payloads: `socket_buffer / (2 × payload)`
-    /// packets, each connection's payload as it was fitted to the route. (Counted at four fifths of it instead, one connection resent more and went
-    /// no faster.)
+    /// packets, in each connection's payload as it was fitted to the route. (Counted at
+    /// four fifths of it instead, one connection resent more and went no faster.)
     ///
     /// Not when most datagrams since the last such note went to no connection (garbage,
     /// forged or shed handshakes, Initials answered with a Retry): a flood overflowed the
