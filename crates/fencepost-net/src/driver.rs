@@ -262,11 +262,7 @@ async fn run(shared: Arc<Shared>, mut socket: DriverSocket) {
             st.driver_deadline = deadline;
             // While the driver holds datagrams, a writer's thread must not send past them.
             let sending = !out.batches.is_empty();
-            st.driver_sending = sending;
-            #[cfg(test)]
-            {
-                st.driver_sending |= st.always_sending;
-            }
+            st.set_driver_sending(sending);
             st.turns_taken += 1;
             if !sending {
                 st.turns_sent = st.turns_taken;
@@ -288,11 +284,7 @@ async fn run(shared: Arc<Shared>, mut socket: DriverSocket) {
         }
         if sending {
             let mut st = shared.lock();
-            st.driver_sending = false;
-            #[cfg(test)]
-            {
-                st.driver_sending |= st.always_sending;
-            }
+            st.set_driver_sending(false);
             st.turns_sent = this_turn;
         }
         // Only now: the last ack a closed connection owed its peer is on the wire, and an

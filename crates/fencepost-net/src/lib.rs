@@ -369,6 +369,17 @@ struct State {
 }
 
 impl State {
+    /// Whether the driver holds datagrams not yet on the wire (see `driver_sending`).
+    fn set_driver_sending(&mut self, sending: bool) {
+        self.driver_sending = sending;
+        #[cfg(test)]
+        {
+            self.driver_sending |= self.always_sending;
+        }
+    }
+}
+
+impl State {
     /// The application let go of a connection: it closes gracefully (a FIN after what was
     /// written), and is forgotten once it is done, now if it already is.
     fn release(&mut self, handle: ConnectionHandle, now: fencepost_proto::Instant) {

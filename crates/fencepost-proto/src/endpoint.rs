@@ -1953,6 +1953,28 @@ mod tests {
         held.len() as u64
     }
 
+    /// Reads everything the server's connections hold, so their windows stay the buffer's.
+    fn drain_server(net: &mut Net) {
+        let mut got = vec![0u8; 1 << 20];
+        for h in net.1.handles().collect::<Vec<_>>() {
+            while net.1.reading(h, |c| c.read(&mut got).unwrap_or(0)).unwrap_or(0) > 0 {}
+        }
+    }
+
+    /// One step a millisecond over `ms`: the client writes `packets` packets' worth of bulk
+    /// data, both sides' timers run, everything crosses, and the server reads it all.
+    fn bulk_steps(net: &mut Net, client: ConnectionHandle, ms: std::ops::Range<u64>, packets: usize) {
+        let payload = net.0.connection(client).unwrap().payload_size();
+        for ms in ms {
+            let now = Instant::from_millis(ms);
+            let _ = net.0.connection_mut(client).unwrap().write(&vec![5u8; packets * payload]);
+            net.0.handle_timeout(now);
+            net.1.handle_timeout(now);
+            exchange(net, now);
+            drain_server(net);
+        }
+    }
+
     /// The server's socket overflowed while a connection was receiving: its window is held
     /// to the connection's share of what the socket holds, the sender keeps to it, and the
     /// window grows back by a quarter per growth step while the sender fills it. A
@@ -1967,24 +1989,11 @@ mod tests {
         exchange(&mut net, Instant::from_millis(1));
         let payload = usize::from(net.0.connection(client).unwrap().config().max_payload);
         // Warm up: bulk data, everything read as it comes, so the window is the buffer's.
-        let mut got = vec![0u8; 1 << 20];
-        let mut drain = |net: &mut Net| {
-            for h in net.1.handles().collect::<Vec<_>>() {
-                while net.1.reading(h, |c| c.read(&mut got).unwrap_or(0)).unwrap_or(0) > 0 {}
-            }
-        };
-        for ms in 2..130 {
-            let now = Instant::from_millis(ms);
-            let _ = net.0.connection_mut(client).unwrap().write(&vec![5u8; 200 * payload]);
-            net.0.handle_timeout(now);
-            net.1.handle_timeout(now);
-            exchange(&mut net, now);
-            drain(&mut net);
-        }
+        bulk_steps(&mut net, client, 2..130, 200);
         let before = flight_allowed(&mut net, client, Instant::from_millis(130));
         assert!(before >= 1_000, "the fixed window, not the peer's, bounds the flight at first ({before})");
         exchange(&mut net, Instant::from_millis(130));
-        drain(&mut net);
+        drain_server(&mut net);
 
         // The socket holds 120 packets; one connection received lately (the other not since its
         // handshake, over 100 ms before).
@@ -1997,7 +2006,7 @@ mod tests {
         assert_eq!(net.1.connection(receiving).unwrap().stats().socket_overflow_cuts, 1);
         assert_eq!(net.1.connection(quiet).unwrap().stats().socket_overflow_cuts, 0, "a connection that was not receiving keeps its window");
         exchange(&mut net, now);
-        drain(&mut net);
+        drain_server(&mut net);
         let held = flight_allowed(&mut net, client, now);
         assert!((100..=120).contains(&held), "the sender keeps to the held window ({held} packets)");
         // A second overflow within the same round trip does not cut again.
@@ -2006,24 +2015,12 @@ mod tests {
 
         // The sender fills the window; 10 ms on, it is a quarter wider.
         exchange(&mut net, now);
-        drain(&mut net);
-        let later = Instant::from_millis(142);
-        let _ = net.0.connection_mut(client).unwrap().write(&vec![5u8; 300 * payload]);
-        net.0.handle_timeout(later);
-        net.1.handle_timeout(later);
-        exchange(&mut net, later);
-        drain(&mut net);
-        let grown = flight_allowed(&mut net, client, later);
+        drain_server(&mut net);
+        bulk_steps(&mut net, client, 142..143, 300);
+        let grown = flight_allowed(&mut net, client, Instant::from_millis(142));
         assert!(grown > held && grown <= 160, "grown by a quarter ({held} -> {grown})");
         // Step by step it grows while the sender fills it, until the sender's own window binds.
-        for ms in 143..500 {
-            let now = Instant::from_millis(ms);
-            let _ = net.0.connection_mut(client).unwrap().write(&vec![5u8; 2_000 * payload]);
-            net.0.handle_timeout(now);
-            net.1.handle_timeout(now);
-            exchange(&mut net, now);
-            drain(&mut net);
-        }
+        bulk_steps(&mut net, client, 143..500, 2_000);
         let after = flight_allowed(&mut net, client, Instant::from_millis(500));
         assert!(after >= 1_000, "the held window grew past the sender's own ({after})");
     }
@@ -2043,24 +2040,11 @@ mod tests {
         let client = established(&mut net, Instant::from_millis(1));
         let payload = net.0.connection(client).unwrap().payload_size();
         assert_eq!(payload, 500, "the smaller offer rules");
-        let mut got = vec![0u8; 1 << 20];
-        let mut drain = |net: &mut Net| {
-            for h in net.1.handles().collect::<Vec<_>>() {
-                while net.1.reading(h, |c| c.read(&mut got).unwrap_or(0)).unwrap_or(0) > 0 {}
-            }
-        };
-        for ms in 2..30 {
-            let now = Instant::from_millis(ms);
-            let _ = net.0.connection_mut(client).unwrap().write(&vec![5u8; 200 * payload]);
-            net.0.handle_timeout(now);
-            net.1.handle_timeout(now);
-            exchange(&mut net, now);
-            drain(&mut net);
-        }
+        bulk_steps(&mut net, client, 2..30, 200);
         let before = flight_allowed(&mut net, client, Instant::from_millis(30));
         assert!(before >= 1_000, "the fixed window bounds the flight at first ({before})");
         exchange(&mut net, Instant::from_millis(30));
-        drain(&mut net);
+        drain_server(&mut net);
 
         // A socket that holds 120 of this connection's packets (42 of the endpoint's own).
         let now = Instant::from_millis(31);
@@ -2068,7 +2052,7 @@ mod tests {
         assert_eq!((net.1.stats().socket_fill_holds, net.1.stats().socket_overflows), (1, 0));
         assert!(120 * payload / server_payload < 100, "the endpoint's payload would count fewer packets");
         exchange(&mut net, now);
-        drain(&mut net);
+        drain_server(&mut net);
         let held = flight_allowed(&mut net, client, now);
         assert!((100..=120).contains(&held), "held to its share in its own packets ({held})");
     }
