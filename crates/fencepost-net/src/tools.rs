@@ -523,8 +523,9 @@ pub struct SendSummary {
 }
 
 /// After a timed send's writing time ends, how long delivering what was written may go
-/// without progress: the writing time again, at least 2 s and at most 10 s. A flush that
-/// keeps moving goes on past it (see [`flush_bounded`]).
+/// without progress: the writing time again, at least 2 s and at most 10 s (a sender also
+/// waits for its own timer's next try). A flush that keeps moving goes on past it (see
+/// [`flush_bounded`]).
 fn flush_grace(limit: Duration) -> Duration {
     limit.clamp(Duration::from_secs(2), CLOSE_WAIT)
 }
@@ -543,7 +544,7 @@ const FLUSH_LOOK: Duration = Duration::from_millis(100);
 
 /// Why a timed send's flush was given up.
 enum FlushCut {
-    /// Nothing more arrived for [`flush_grace`].
+    /// Nothing more arrived for this long (at least [`flush_grace`]).
     Stalled(Duration),
     /// It was still moving at [`flush_ceiling`].
     Outlasted(Duration),
@@ -553,8 +554,8 @@ impl FlushCut {
     /// `writer`: whose writing it was ("our", "the source's").
     fn reason(&self, writer: &str, written_s: f64) -> String {
         match self {
-            FlushCut::Stalled(grace) => {
-                format!("the flush stalled: after {written_s:.1} s of {writer} writing, nothing more was delivered for {:.1} s", grace.as_secs_f64())
+            FlushCut::Stalled(idle) => {
+                format!("the flush stalled: after {written_s:.1} s of {writer} writing, nothing more was delivered for {:.1} s", idle.as_secs_f64())
             }
             FlushCut::Outlasted(ceiling) => format!(
                 "the time bound ended the flush: after {written_s:.1} s of {writer} writing, {:.1} s were not enough to deliver the rest (it was still moving)",
@@ -570,14 +571,32 @@ impl FlushCut {
 /// sender counts packets acknowledged anywhere, not the stream acknowledged without a
 /// gap: on a faded, lossy path the packets that get through may all lie beyond a hole
 /// for seconds while the hole's resend waits in the queue.
-async fn flush_bounded<T>(work: impl std::future::Future<Output = T>, writing_ends: tokio::time::Instant, limit: Duration, delivered: impl Fn() -> u64) -> Result<T, FlushCut> {
+///
+/// `retried`, on the sending side, counts the sender's tries on its own timer (retransmission
+/// timeouts and window probes): there a flush is stalled only once one has also been made
+/// since the last progress, unanswered. A
+/// path whose queue held packets for seconds leaves a retransmission timeout (RTT and its
+/// variation, measured through that queue) longer than the grace, and what the queue
+/// dropped as it faded is found lost only when it fires, since nothing sent after it was
+/// acknowledged: a flush cut at the grace gave up on a path that had recovered before the
+/// sender had tried again (a relay fading to one packet in 250 ms for 3.5 s, then clear:
+/// smoothed RTT 662 ms, 2.1 MB waiting, cut one time in eight). A peer gone for good is
+/// still found out within a grace and one backed-off timeout.
+async fn flush_bounded<T>(
+    work: impl std::future::Future<Output = T>,
+    writing_ends: tokio::time::Instant,
+    limit: Duration,
+    delivered: impl Fn() -> u64,
+    retried: Option<&(dyn Fn() -> u64 + Sync)>,
+) -> Result<T, FlushCut> {
     tokio::pin!(work);
     tokio::select! {
         done = &mut work => return Ok(done),
         _ = tokio::time::sleep_until(writing_ends) => {}
     }
     let (grace, ceiling) = (flush_grace(limit), flush_ceiling(limit));
-    let (mut seen, mut moved_at) = (delivered(), writing_ends);
+    let retries = || retried.map(|count| count());
+    let (mut seen, mut moved_at, mut retries_then) = (delivered(), writing_ends, retries());
     let mut look = tokio::time::interval_at(writing_ends + FLUSH_LOOK, FLUSH_LOOK);
     look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -586,10 +605,10 @@ async fn flush_bounded<T>(work: impl std::future::Future<Output = T>, writing_en
             now = look.tick() => {
                 let count = delivered();
                 if count > seen {
-                    (seen, moved_at) = (count, now);
+                    (seen, moved_at, retries_then) = (count, now, retries());
                 }
-                if now.duration_since(moved_at) >= grace {
-                    return Err(FlushCut::Stalled(grace));
+                if now.duration_since(moved_at) >= grace && retries() >= retries_then.map(|n| n + 1) {
+                    return Err(FlushCut::Stalled(now.duration_since(moved_at)));
                 }
                 if now.duration_since(writing_ends) >= ceiling {
                     return Err(FlushCut::Outlasted(ceiling));
@@ -700,7 +719,7 @@ pub async fn send_stream(
         match limit {
             // The server writes for `limit` from about now; the data packets that arrived (not
             // keepalives, which a stalled source may still send) are the progress.
-            Some(limit) => flush_bounded(receiving, tokio::time::Instant::from_std(started + limit), limit, || conn.stats().data_packets_received)
+            Some(limit) => flush_bounded(receiving, tokio::time::Instant::from_std(started + limit), limit, || conn.stats().data_packets_received, None)
                 .await
                 .unwrap_or_else(|cut| Received { incomplete: Some(cut.reason("the source's", limit.as_secs_f64())), ..Received::default() }),
             None => receiving.await,
@@ -832,7 +851,10 @@ async fn forward(conn: &Connection, options: &SendOptions, mut report: impl FnMu
     };
     let mut out = Received { sent: written.bytes, sha256: written.sha256, sender_seconds: written.seconds, ..Received::default() };
     let receipt = match options.amount {
-        Amount::Time(limit) => flush_bounded(&mut reading, tokio::time::Instant::now(), limit, || conn.stats().packets_acknowledged)
+        Amount::Time(limit) => flush_bounded(&mut reading, tokio::time::Instant::now(), limit, || conn.stats().packets_acknowledged, Some(&|| {
+            let stats = conn.stats();
+            stats.retransmission_timeouts + stats.keepalives_sent
+        }))
             .await
             .unwrap_or_else(|cut| Err(cut.reason("our", written.seconds))),
         Amount::Bytes(_) => reading.await,
@@ -978,4 +1000,60 @@ pub async fn echo_bench(endpoint: &Endpoint, target: SocketAddr, messages: u32, 
         time_to_completion_s: ttc,
         hashes_match: got == total && sent_hash.finalize() == recv_hash.finalize(),
     })
+}
+
+#[cfg(test)]
+mod flush_tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    /// A flush that delivers nothing after the writing ends, finished at `done_after`
+    /// (None: never), while the sender, which tried 3 times while writing, tries again at
+    /// the instants in `tries_at`; what `flush_bounded` made of it, and when.
+    async fn flush(done_after: Option<Duration>, tries_at: &[Duration], sender: bool) -> (Result<(), FlushCut>, Duration) {
+        let start = tokio::time::Instant::now();
+        let tries = Arc::new(AtomicU64::new(3));
+        for &at in tries_at {
+            let tries = tries.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep_until(start + at).await;
+                tries.fetch_add(1, Ordering::Relaxed);
+            });
+        }
+        let work = async move {
+            match done_after {
+                Some(after) => tokio::time::sleep_until(start + after).await,
+                None => std::future::pending().await,
+            }
+        };
+        let retried = || tries.load(Ordering::Relaxed);
+        let outcome = flush_bounded(work, start, Duration::from_secs(1), || 7, sender.then_some(&retried as &(dyn Fn() -> u64 + Sync))).await;
+        (outcome, start.elapsed())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_sender_waiting_on_its_own_timeout_is_not_stalled() {
+        // The grace (2 s) passes with nothing delivered but no timeout fired: the path may
+        // have recovered and the sender not tried yet; at 3.5 s its transfer completes.
+        let (outcome, took) = flush(Some(Duration::from_millis(3_500)), &[], true).await;
+        assert!(outcome.is_ok() && took == Duration::from_millis(3_500), "{took:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_sender_whose_try_goes_unanswered_is_stalled() {
+        // Its timeout fired at 2.5 s and nothing came of it: given up at the next look.
+        let (outcome, took) = flush(None, &[Duration::from_millis(2_550)], true).await;
+        assert!(matches!(outcome, Err(FlushCut::Stalled(idle)) if idle == Duration::from_millis(2_600)), "{took:?}");
+        assert_eq!(took, Duration::from_millis(2_600));
+        // A try within the grace leaves the stall to the grace itself.
+        let (outcome, took) = flush(None, &[Duration::from_millis(500)], true).await;
+        assert!(matches!(outcome, Err(FlushCut::Stalled(_))) && took == Duration::from_secs(2), "{took:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_receiver_is_bound_by_the_grace_alone() {
+        let (outcome, took) = flush(Some(Duration::from_millis(3_500)), &[], false).await;
+        assert!(matches!(outcome, Err(FlushCut::Stalled(_))) && took == Duration::from_secs(2), "{took:?}");
+    }
 }
