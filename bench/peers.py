@@ -184,6 +184,8 @@ def main() -> int:
                 # included): when the first, the median and the last connection finished.
                 done = [(r["client"].get("first_done_s", 0), r["client"].get("median_done_s", 0), r["client"]["seconds"]) for r in ok]
                 print("        connections finished (first / median / last, s): " + ", ".join(f"{a:.2f} / {b:.2f} / {c:.2f}" for a, b, c in done))
+                # And how long starting them all took: the last handshake's end.
+                print("        last connection up (s): " + ", ".join(f"{r['client'].get('last_connected_s', 0):.3f}" for r in ok))
         one, many = results["connections"][1]["gbit_per_s"], results["connections"][args.connections]["gbit_per_s"]
         if one and many:
             print(f"  aggregate over {args.connections} / one connection = {many['median'] / one['median']:.2f} (medians)")

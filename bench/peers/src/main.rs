@@ -313,10 +313,12 @@ async fn fencepost(args: &Args) -> Result<serde_json::Value> {
         let (mut lost, mut spurious, mut timeouts, mut repairs) = (0u64, 0u64, 0u64, 0u64);
         let mut new_data_probes = 0u64;
         let (mut data_packets, mut acks) = (0u64, 0u64);
-        let mut done_at = Vec::new();
+        let (mut done_at, mut up_at) = (Vec::new(), Vec::new());
         while let Some(done) = sends.join_next().await {
             let s = done??;
             done_at.push(started.elapsed().as_secs_f64());
+            // Its duration runs from the handshake's end to the receipt.
+            up_at.push(started.elapsed().as_secs_f64() - s.duration_s);
             if !s.complete {
                 return Err(s.incomplete_reason.unwrap_or_default().into());
             }
@@ -348,6 +350,8 @@ async fn fencepost(args: &Args) -> Result<serde_json::Value> {
         // When the connections finished, from the first connect: a spread shows unfairness.
         fields["first_done_s"] = done_at.first().copied().unwrap_or(0.0).into();
         fields["median_done_s"] = done_at.get(done_at.len() / 2).copied().unwrap_or(0.0).into();
+        // When the last handshake finished, from the first connect: how long starting took.
+        fields["last_connected_s"] = up_at.iter().copied().fold(0.0, f64::max).into();
         fields["socket_overflows"] = endpoint.stats().socket_overflows.into();
         return Ok(fields);
     }
