@@ -574,14 +574,15 @@ impl FlushCut {
 ///
 /// `retried`, on the sending side, counts the sender's tries on its own timer (retransmission
 /// timeouts and window probes): there a flush is stalled only once one has also been made
-/// since the last progress, unanswered. A
-/// path whose queue held packets for seconds leaves a retransmission timeout (RTT and its
-/// variation, measured through that queue) longer than the grace, and what the queue
-/// dropped as it faded is found lost only when it fires, since nothing sent after it was
-/// acknowledged: a flush cut at the grace gave up on a path that had recovered before the
-/// sender had tried again (a relay fading to one packet in 250 ms for 3.5 s, then clear:
-/// smoothed RTT 662 ms, 2.1 MB waiting, cut one time in eight). A peer gone for good is
-/// still found out within a grace and one backed-off timeout.
+/// since the last progress, unanswered. A path whose queue held packets for seconds leaves
+/// a retransmission timeout (RTT and its variation, measured through that queue) longer
+/// than the grace, and what the queue dropped as it faded is found lost only when it
+/// fires, since nothing sent after it was acknowledged: a flush cut at the grace gave up
+/// on a path that had recovered before the sender had tried again (a relay fading to one
+/// packet in 250 ms for 3.5 s, then clear: smoothed RTT 662 ms, 2.1 MB waiting, cut one
+/// time in eight). A peer gone for good is still found out within a grace and one
+/// backed-off timeout, and the ceiling bounds the flush whatever the timer does. The
+/// receiving side (reverse) does not see the source's timer, and keeps the grace alone.
 async fn flush_bounded<T>(
     work: impl std::future::Future<Output = T>,
     writing_ends: tokio::time::Instant,
