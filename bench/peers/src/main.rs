@@ -316,9 +316,10 @@ async fn fencepost(args: &Args) -> Result<serde_json::Value> {
         let (mut done_at, mut up_at) = (Vec::new(), Vec::new());
         while let Some(done) = sends.join_next().await {
             let s = done??;
-            done_at.push(started.elapsed().as_secs_f64());
+            let at = started.elapsed().as_secs_f64();
+            done_at.push(at);
             // Its duration runs from the handshake's end to the receipt.
-            up_at.push(started.elapsed().as_secs_f64() - s.duration_s);
+            up_at.push(at - s.duration_s);
             if !s.complete {
                 return Err(s.incomplete_reason.unwrap_or_default().into());
             }
