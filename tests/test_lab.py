@@ -137,16 +137,20 @@ def test_corrupted_packets_are_discarded_by_the_receiving_kernel():
         server = L.spawn("server", ["iperf3", "-s", "-1", "-J", "-B", "10.0.2.1"], label="iperf3 server")
         time.sleep(0.3)
         emu = L.impair_link([("delay", "1ms"), ("corrupt-up", "10%")], seed=5)
+        full_buffer_before = L.udp_receive_drops()
         client = subprocess.run(["ip", "netns", "exec", L.ns("client"), "iperf3", "-c", "10.0.2.1", "-u", "-b", "20M", "-l", "500",
                                  "-k", "20000", "-J"], capture_output=True, text=True, timeout=60)
         assert client.returncode == 0, client.stdout[-800:]
         server.finish(30)
         report = _stop_json(emu)
+        # Datagrams the server's kernel dropped for a full socket buffer (a busy host: the
+        # iperf3 server descheduled) are lost to iperf3 as well, but not to the checksum.
+        full_buffer = L.udp_receive_drops() - full_buffer_before
     received = json.loads("\n".join(server.stdout))["end"]["sum"]
     up = report["up"]["stats"]
     # The emulator flipped a bit in a tenth of the packets it handed on; the server's checksums threw those away.
     assert abs(up["corrupted"] / up["delivered"] - 0.10) < 0.015, up
-    assert abs(received["lost_packets"] / received["packets"] - 0.10) < 0.015, received
+    assert abs((received["lost_packets"] - full_buffer) / received["packets"] - 0.10) < 0.015, (received, full_buffer)
 
 
 @pytest.mark.parametrize("impair", ["emulator", "iptables"])
