@@ -608,7 +608,13 @@ async fn flush_bounded<T>(
                 if count > seen {
                     (seen, moved_at, retries_then) = (count, now, retries());
                 }
-                if now.duration_since(moved_at) >= grace && retries() >= retries_then.map(|n| n + 1) {
+                // The sending side also needs a try on its own timer since the last progress
+                // that went unanswered; the receiving side has no such count and the grace alone.
+                let retried_since = match (retries(), retries_then) {
+                    (Some(count), Some(then)) => count > then,
+                    _ => true,
+                };
+                if now.duration_since(moved_at) >= grace && retried_since {
                     return Err(FlushCut::Stalled(now.duration_since(moved_at)));
                 }
                 if now.duration_since(writing_ends) >= ceiling {
