@@ -141,6 +141,9 @@ pub enum QueueSize {
     Packets(u64),
 }
 
+/// An Ethernet MTU's IP packet: the size a bare-number byte queue must hold at least.
+const FULL_PACKET_BYTES: u64 = 1_500;
+
 pub fn parse_queue(text: &str) -> Result<QueueSize, UnitError> {
     let t = text.trim();
     if t.eq_ignore_ascii_case("unlimited") || t.eq_ignore_ascii_case("inf") {
@@ -155,8 +158,16 @@ pub fn parse_queue(text: &str) -> Result<QueueSize, UnitError> {
             .map(QueueSize::Packets)
             .ok_or_else(|| UnitError(format!("{text:?} is not a queue size; expected a packet count like 100pkt, or bytes like 64kB")));
     }
+    let bare = split_number(t).is_some_and(|(_, unit)| unit.is_empty());
     match parse_bytes(t) {
         Ok(0) => Err(UnitError(format!("{text:?}: a queue holds at least one byte"))),
+        // A bare number is bytes, and one this small drops every full-sized packet, so the
+        // run would only time out: most likely a packet count was meant (mahimahi and tc
+        // count some queues in packets). Written with its unit (100B) it is taken as given.
+        Ok(b) if bare && b < FULL_PACKET_BYTES => Err(UnitError(format!(
+            "{text:?} would be {b} bytes, less than one full-sized packet ({FULL_PACKET_BYTES} bytes), so every such packet would be dropped; \
+             write {b}pkt for {b} packets, or {b}B if bytes are meant"
+        ))),
         Ok(b) => Ok(QueueSize::Bytes(b)),
         Err(_) => Err(UnitError(format!("{text:?} is not a queue size; expected bytes like 64kB or 26400, a packet count like 100pkt, or unlimited"))),
     }
@@ -212,6 +223,12 @@ mod tests {
         assert_eq!(parse_queue("100pkt"), Ok(QueueSize::Packets(100)));
         assert_eq!(parse_queue("26400"), Ok(QueueSize::Bytes(26_400)));
         assert!(parse_queue("0pkt").is_err());
+        // A bare number too small for one full packet is refused with the two readings
+        // offered; with its unit it is taken as bytes, and 1500 and more bare as before.
+        let small = parse_queue("100").unwrap_err().0;
+        assert!(small.contains("100pkt") && small.contains("100B"), "{small}");
+        assert_eq!(parse_queue("100B"), Ok(QueueSize::Bytes(100)));
+        assert_eq!(parse_queue("1500"), Ok(QueueSize::Bytes(1_500)));
         assert_eq!(parse_count("12", 1), Ok(12));
         assert!(parse_count("0", 1).is_err());
         assert_eq!(parse_switch("on"), Ok(true));
