@@ -216,7 +216,14 @@ impl Io {
                 Ok(())
             }
             Ok(None) => Ok(()),
-            Err(e) if driver::is_passing(&e) => Ok(()),
+            Err(e) if driver::is_passing(&self.shared, &e) => Ok(()),
+            // The socket's poll said ready with nothing to read: an ICMP error in its error
+            // queue (another call took the error itself). Read there on the next turn, or
+            // the receive queued next would find the same and come back at once, again.
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                driver::note_icmp(&self.shared);
+                Ok(())
+            }
             Err(e) => Err(self.fail(e)),
         }
     }
@@ -238,7 +245,7 @@ impl Io {
         while let Some(batch) = out.next_batch() {
             let transmit = batch.transmit();
             let sent = loop {
-                match sockio::try_send(&self.shared.udp, &self.socket, self.shared.local_addr.is_ipv6(), pinned, &transmit) {
+                match driver::try_send(&self.shared, &self.socket, pinned, &transmit) {
                     // A full send buffer: wait for room, as a blocking socket would.
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                         wait_writable(&self.socket).map_err(|e| self.fail(e))?;

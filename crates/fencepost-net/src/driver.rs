@@ -400,6 +400,7 @@ impl OverflowWatch {
 /// next deadline.
 pub(crate) fn turn(shared: &Shared, st: &mut State, out: &mut Outgoing, closing: &mut WakerSet) -> Option<fencepost_proto::Instant> {
     let now = shared.now();
+    take_unreachable(shared, st);
     st.proto.handle_timeout(now);
     let memory_due = return_memory(st, now);
     for (destination, response) in std::mem::take(&mut st.responses) {
@@ -569,10 +570,59 @@ pub(crate) fn is_fatal(e: &io::Error) -> bool {
     e.raw_os_error() == Some(libc::EBADF)
 }
 
-/// A receive error that is not the socket's: ICMP errors for earlier sends surface on some
-/// systems, and a signal may interrupt the call.
-pub(crate) fn is_passing(e: &io::Error) -> bool {
+/// A receive error that is not the socket's: an ICMP error about an earlier send (noted
+/// for the next turn, see [`take_unreachable`]), or a signal that interrupted the call.
+pub(crate) fn is_passing(shared: &Shared, e: &io::Error) -> bool {
+    if sockio::is_icmp_report(e) {
+        note_icmp(shared);
+        return true;
+    }
     matches!(e.kind(), io::ErrorKind::ConnectionRefused | io::ErrorKind::ConnectionReset | io::ErrorKind::Interrupted)
+}
+
+/// The socket has ICMP errors waiting in its error queue: the driver reads them on its
+/// next turn, which comes at once.
+pub(crate) fn note_icmp(shared: &Shared) {
+    shared.icmp_pending.store(true, std::sync::atomic::Ordering::Relaxed);
+    shared.wake_driver.notify_one();
+}
+
+/// Sends `transmit` from the endpoint's `socket` (see [`sockio::try_send`]). A send that
+/// returns an ICMP error about an earlier datagram sent nothing (the kernel hands the error
+/// to whichever call comes next): the error is noted and the send made again, once.
+pub(crate) fn try_send(shared: &Shared, socket: &impl std::os::fd::AsFd, connected_to: Option<SocketAddr>, transmit: &Transmit<'_>) -> io::Result<()> {
+    let v6 = shared.local_addr.is_ipv6();
+    match sockio::try_send(&shared.udp, socket, v6, connected_to, transmit) {
+        Err(e) if sockio::is_icmp_report(&e) => {
+            note_icmp(shared);
+            sockio::try_send(&shared.udp, socket, v6, connected_to, transmit)
+        }
+        sent => sent,
+    }
+}
+
+/// What an ICMP error's errno says of a peer that has not answered yet, if it says the
+/// packets cannot reach it (see `fencepost_proto::Connection::on_unreachable`).
+fn unreachable_reason(errno: i32) -> Option<&'static str> {
+    match errno {
+        libc::ECONNREFUSED => Some("nothing listens on that port (ICMP port unreachable)"),
+        libc::EHOSTUNREACH => Some("no route to the host, or a filter on the way refused the packets (ICMP host unreachable)"),
+        libc::ENETUNREACH => Some("the network is unreachable (ICMP network unreachable)"),
+        _ => None,
+    }
+}
+
+/// Reads the ICMP errors waiting in the socket's error queue, if a send or receive said
+/// some came, and tells the core which destinations they name.
+fn take_unreachable(shared: &Shared, st: &mut State) {
+    if !shared.icmp_pending.swap(false, std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    for (destination, errno) in sockio::take_icmp_errors(&shared.inline_socket) {
+        if let Some(why) = unreachable_reason(errno) {
+            st.proto.on_unreachable(&normalize(destination), why);
+        }
+    }
 }
 
 fn stop(shared: &Shared, why: String) {
@@ -696,7 +746,7 @@ pub(crate) fn receive(
         let count = match recv(&mut iovs, metas) {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(ended_on_handshakes(shared, &backlog)),
-            Err(e) if is_passing(&e) => continue,
+            Err(e) if is_passing(shared, &e) => continue,
             Err(e) => return Err(e),
         };
         drop(iovs);
@@ -888,10 +938,9 @@ fn collect_transmits(st: &mut State, now: fencepost_proto::Instant, out: &mut Ou
 
 async fn send(shared: &Shared, socket: &mut DriverSocket, batch: &Batch) -> io::Result<()> {
     let transmit = batch.transmit();
-    let v6 = shared.local_addr.is_ipv6();
     loop {
         let Some(registered) = &socket.registered else {
-            match sockio::try_send(&shared.udp, socket.socket(), v6, None, &transmit) {
+            match try_send(shared, socket.socket(), None, &transmit) {
                 // A full socket buffer: the wait for room needs the registration back
                 // (until the driver next looks whether a reader watches).
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => socket.listen(true)?,
@@ -899,7 +948,7 @@ async fn send(shared: &Shared, socket: &mut DriverSocket, batch: &Batch) -> io::
             }
             continue;
         };
-        match registered.try_io(Interest::WRITABLE, |s| sockio::try_send(&shared.udp, s, v6, None, &transmit)) {
+        match registered.try_io(Interest::WRITABLE, |s| try_send(shared, s, None, &transmit)) {
             Ok(()) => return Ok(()),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => drop(registered.writable().await?),
             Err(e) => return Err(e),

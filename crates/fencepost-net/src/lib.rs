@@ -236,6 +236,9 @@ impl fmt::Display for NetError {
             NetError::ConnectTimeout { addr, after, hint } => {
                 write!(f, "connecting to {addr} timed out after {:.1} s: no answer to the handshake{hint}", after.as_secs_f64())
             }
+            NetError::ConnectionLost { addr, error: ConnectionError::Unreachable(why) } => {
+                write!(f, "connecting to {addr} failed: {why}")
+            }
             NetError::ConnectionLost { addr, error } => write!(f, "connection to {addr} lost: {error}"),
             NetError::EndpointClosed(why) => write!(f, "endpoint closed: {why}"),
             NetError::Io(e) => write!(f, "{e}"),
@@ -251,6 +254,7 @@ impl From<NetError> for io::Error {
             NetError::Bind { source, .. } => source.kind(),
             NetError::ConnectTimeout { .. } => io::ErrorKind::TimedOut,
             NetError::ConnectionLost { error: ConnectionError::TimedOut { .. }, .. } => io::ErrorKind::TimedOut,
+            NetError::ConnectionLost { error: ConnectionError::Unreachable(_), .. } => io::ErrorKind::ConnectionRefused,
             NetError::ConnectionLost { .. } => io::ErrorKind::ConnectionReset,
             NetError::EndpointClosed(_) => io::ErrorKind::NotConnected,
             NetError::Io(e) => e.kind(),
@@ -421,6 +425,9 @@ struct Shared {
     reader_parked_at: std::sync::atomic::AtomicU64,
     /// Times the driver's wait ended (see `Endpoint::driver_wakeups`).
     driver_wakeups: std::sync::atomic::AtomicU64,
+    /// A send or receive returned an ICMP error about an earlier datagram: the driver's
+    /// next turn reads the socket's error queue (see `driver::take_unreachable`).
+    icmp_pending: std::sync::atomic::AtomicBool,
     wake_driver: tokio::sync::Notify,
     epoch: std::time::Instant,
     local_addr: SocketAddr,
@@ -621,6 +628,7 @@ impl Shared {
         force_recv_buffer(&std_socket, RECV_BUFFER_FORCED);
         let receive_buffer = receive_buffer_of(&std_socket);
         drop_unused_receive_info(&std_socket);
+        sockio::report_icmp_errors(&std_socket, addr.is_ipv6());
         path::allow_fragmentation(&std_socket, addr.is_ipv6());
         let local_addr = std_socket.local_addr().map_err(NetError::Io)?;
         let inline_socket = std_socket.try_clone().map_err(NetError::Io)?;
@@ -663,6 +671,7 @@ impl Shared {
             reader_receives: std::sync::atomic::AtomicU64::new(0),
             reader_parked_at: std::sync::atomic::AtomicU64::new(0),
             driver_wakeups: std::sync::atomic::AtomicU64::new(0),
+            icmp_pending: std::sync::atomic::AtomicBool::new(false),
             wake_driver: tokio::sync::Notify::new(),
             epoch: std::time::Instant::now(),
             local_addr,
@@ -738,7 +747,7 @@ impl Shared {
     /// buffer, or anything else) its datagrams go to the driver, which sends them and waits
     /// if it must; returns whether they left here.
     fn send_batch_inline(&self, st: &mut State, batch: &mut driver::Batch) -> bool {
-        let sent = sockio::try_send(&self.udp, &self.inline_socket, self.local_addr.is_ipv6(), None, &batch.transmit()).is_ok();
+        let sent = driver::try_send(self, &self.inline_socket, None, &batch.transmit()).is_ok();
         if !sent {
             for datagram in batch.data[..batch.len].chunks(batch.segment) {
                 st.responses.push((batch.destination, datagram.to_vec()));

@@ -104,8 +104,9 @@ fn recv_one(fd: std::os::fd::RawFd, buf: &mut IoSliceMut<'_>, meta: &mut RecvMet
 #[cfg(target_os = "linux")]
 pub(crate) struct RecvSlot {
     name: libc::sockaddr_storage,
-    /// Room for one GRO message (an int), aligned for `cmsghdr`.
-    control: [u64; 8],
+    /// Room for one GRO message (an int), or one ICMP error's (its extended error and the
+    /// reporting router's IPv6 address, 60 bytes), aligned for `cmsghdr`.
+    control: [u64; 10],
     iov: libc::iovec,
     msg: libc::msghdr,
 }
@@ -115,7 +116,7 @@ impl RecvSlot {
     /// A header that receives into `buf` (which must outlive every use of the header).
     pub(crate) fn new(buf: &mut [u8]) -> RecvSlot {
         // SAFETY: all-zero is a valid sockaddr_storage and msghdr (null pointers, no lengths).
-        unsafe { RecvSlot { name: std::mem::zeroed(), control: [0; 8], iov: libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() }, msg: std::mem::zeroed() } }
+        unsafe { RecvSlot { name: std::mem::zeroed(), control: [0; 10], iov: libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() }, msg: std::mem::zeroed() } }
     }
 
     /// The header for the next receive: pointing into the slot where it now lies (it must
@@ -153,6 +154,28 @@ impl RecvSlot {
         }
     }
 
+    /// What an ICMP error read from the error queue said: its errno (the kernel's reading
+    /// of the ICMP type and code), if it came from ICMP and not from this host.
+    pub(crate) fn icmp_errno(&self) -> Option<i32> {
+        let mut errno = None;
+        // SAFETY: as in `stride`; an extended error is read only from a message of its level
+        // and type, which carries one.
+        unsafe {
+            let mut cmsg = libc::CMSG_FIRSTHDR(&self.msg);
+            while !cmsg.is_null() {
+                let (level, kind) = ((*cmsg).cmsg_level, (*cmsg).cmsg_type);
+                if (level == libc::IPPROTO_IP && kind == libc::IP_RECVERR) || (level == libc::IPPROTO_IPV6 && kind == libc::IPV6_RECVERR) {
+                    let e = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::sock_extended_err>());
+                    if matches!(e.ee_origin, libc::SO_EE_ORIGIN_ICMP | libc::SO_EE_ORIGIN_ICMP6) {
+                        errno = i32::try_from(e.ee_errno).ok();
+                    }
+                }
+                cmsg = libc::CMSG_NXTHDR(&self.msg, cmsg);
+            }
+        }
+        errno
+    }
+
     /// The size of each datagram in the buffer if GRO joined several.
     pub(crate) fn stride(&self) -> Option<usize> {
         let mut stride = None;
@@ -170,4 +193,83 @@ impl RecvSlot {
         }
         stride
     }
+}
+
+/// Errors the kernel gives for an ICMP message about an earlier datagram once the socket
+/// asks for them (`IP_RECVERR`, see [`report_icmp_errors`]): every errno its ICMP and
+/// ICMPv6 error handlers map a message to (port, host or network unreachable, a host
+/// down, a protocol unreachable, a parameter problem, a source route that failed, a
+/// filter's refusal, a time exceeded, "fragmentation needed" or "packet too big"). Any
+/// send or receive may return one in place of its own work, and none says the socket
+/// itself failed; the ICMP message waits in the socket's error queue.
+pub(crate) fn is_icmp_report(e: &io::Error) -> bool {
+    #[cfg(target_os = "linux")]
+    return matches!(
+        e.raw_os_error(),
+        Some(
+            libc::ECONNREFUSED
+                | libc::EHOSTUNREACH
+                | libc::ENETUNREACH
+                | libc::EHOSTDOWN
+                | libc::ENONET
+                | libc::ENOPROTOOPT
+                | libc::EPROTO
+                | libc::EOPNOTSUPP
+                | libc::EACCES
+                | libc::EMSGSIZE
+        )
+    );
+    #[cfg(not(target_os = "linux"))]
+    return e.kind() == io::ErrorKind::ConnectionRefused;
+}
+
+/// Asks the kernel to keep the ICMP errors about this socket's datagrams in its error
+/// queue, each with the destination of the datagram it is about, so that a connection
+/// whose peer's host says nothing listens there can fail at once (see
+/// [`take_icmp_errors`]). Without it an unconnected UDP socket hears of none of them.
+pub(crate) fn report_icmp_errors(socket: &std::net::UdpSocket, v6: bool) {
+    #[cfg(target_os = "linux")]
+    {
+        let on: libc::c_int = 1;
+        let mut options = vec![(libc::IPPROTO_IP, libc::IP_RECVERR)];
+        if v6 {
+            // (IPv4 peers of a dual-stack socket report through the IPv4 option.)
+            options.push((libc::IPPROTO_IPV6, libc::IPV6_RECVERR));
+        }
+        for (level, name) in options {
+            // SAFETY: a plain setsockopt on a socket we own, with a c_int value of the right
+            // size; an option the socket's family lacks fails harmlessly.
+            unsafe {
+                libc::setsockopt(socket.as_raw_fd(), level, name, (&on as *const libc::c_int).cast(), std::mem::size_of::<libc::c_int>() as libc::socklen_t);
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (socket, v6);
+}
+
+/// Reads what waits in the socket's error queue (at most 64 messages): for each ICMP
+/// error, the destination of the datagram it is about and its errno.
+pub(crate) fn take_icmp_errors(socket: &impl AsFd) -> Vec<(SocketAddr, i32)> {
+    let mut reports = Vec::new();
+    #[cfg(target_os = "linux")]
+    {
+        let fd = socket.as_fd().as_raw_fd();
+        // The datagram the error is about comes back too; only its destination is wanted.
+        let mut head = [0u8; 64];
+        for _ in 0..64 {
+            let mut slot = RecvSlot::new(&mut head);
+            // SAFETY: the header points into `slot` and `head`, which outlive the call.
+            let read = uninterrupted(|| unsafe { libc::recvmsg(fd, slot.prepare(), libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) });
+            if read.is_err() {
+                break; // empty (EAGAIN), or nothing to read on this system
+            }
+            if let (Ok(destination), Some(errno)) = (slot.source(), slot.icmp_errno()) {
+                reports.push((destination, errno));
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = socket;
+    reports
 }

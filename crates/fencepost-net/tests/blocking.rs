@@ -121,26 +121,43 @@ fn a_blocking_client_talks_to_an_async_server() {
 #[test]
 fn connecting_to_nobody_times_out_with_a_hint() {
     bounded(Duration::from_secs(30), || for waiting in BOTH {
-        // A port held by a socket that never answers, and a port nobody holds: there the
-        // kernel answers each Initial with ICMP port unreachable, which a client socket
-        // connected to that port reports as an error on its next call; the endpoint goes on
-        // waiting for its timeout (and does not spin on them).
+        // A port held by a socket that never answers: the endpoint waits for its timeout
+        // (and does not spin meanwhile).
         let silent = std::net::UdpSocket::bind(localhost()).unwrap();
-        // Held, so no other test can take it, but connected elsewhere: the kernel finds no
-        // socket for a datagram from anyone else.
-        let closed = std::net::UdpSocket::bind(localhost()).unwrap();
-        closed.connect(silent.local_addr().unwrap()).unwrap();
-        for addr in [silent.local_addr().unwrap(), closed.local_addr().unwrap()] {
-            let config = EndpointConfig { connect_timeout: Duration::from_millis(300), ..EndpointConfig::client(TransportConfig::default()) };
-            let endpoint = blocking::Endpoint::bind_waiting(localhost(), config, waiting).unwrap();
-            let started = Instant::now();
-            match endpoint.connect(addr) {
-                Err(e @ NetError::ConnectTimeout { .. }) => assert!(e.to_string().contains("timed out after 0.3 s"), "{e}"),
-                other => panic!("expected a connect timeout from {addr}, got {other:?}"),
-            }
-            let took = started.elapsed();
-            assert!(took >= Duration::from_millis(300) && took < Duration::from_secs(3), "{took:?}");
+        let config = EndpointConfig { connect_timeout: Duration::from_millis(300), ..EndpointConfig::client(TransportConfig::default()) };
+        let endpoint = blocking::Endpoint::bind_waiting(localhost(), config, waiting).unwrap();
+        let started = Instant::now();
+        match endpoint.connect(silent.local_addr().unwrap()) {
+            Err(e @ NetError::ConnectTimeout { .. }) => assert!(e.to_string().contains("timed out after 0.3 s"), "{e}"),
+            other => panic!("expected a connect timeout, got {other:?}"),
         }
+        let took = started.elapsed();
+        assert!(took >= Duration::from_millis(300) && took < Duration::from_secs(3), "{took:?}");
+    });
+}
+
+#[test]
+fn connecting_to_a_port_nobody_holds_fails_at_the_hosts_word() {
+    bounded(Duration::from_secs(30), || for waiting in BOTH {
+        // Held, so no other test can take it, but connected elsewhere: the kernel finds no
+        // socket for a datagram from anyone else and answers each with ICMP port unreachable.
+        let elsewhere = std::net::UdpSocket::bind(localhost()).unwrap();
+        let closed = std::net::UdpSocket::bind(localhost()).unwrap();
+        closed.connect(elsewhere.local_addr().unwrap()).unwrap();
+        let addr = closed.local_addr().unwrap();
+        let endpoint = blocking::Endpoint::bind_waiting(localhost(), EndpointConfig::client(TransportConfig::default()), waiting).unwrap();
+        let started = Instant::now();
+        match endpoint.connect(addr) {
+            Err(e @ NetError::ConnectionLost { error: ConnectionError::Unreachable(_), .. }) => {
+                assert!(e.to_string().contains(&format!("connecting to {addr} failed: nothing listens on that port")), "{e}");
+                assert_eq!(std::io::Error::from(e).kind(), std::io::ErrorKind::ConnectionRefused);
+            }
+            other => panic!("expected the port's refusal from {addr}, got {other:?}"),
+        }
+        // Within the first tries of the handshake, not the ten-second connect timeout.
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(3), "{took:?}");
+        eprintln!("{waiting:?}: refused after {took:?}");
     });
 }
 

@@ -62,6 +62,38 @@ async fn warmed_exchange() -> (Endpoint, Endpoint, fencepost_net::Connection) {
 /// exchange stays byte-exact and in order (the reader's receive and the driver's never
 /// interleave, so nothing reaches the core out of order and nothing is resent), and a bulk
 /// transfer one way leaves receiving to the driver.
+/// A port nobody holds: the kernel answers the Initial with ICMP port unreachable, and the
+/// connect fails with the host's word instead of waiting out its timeout; a live server's
+/// connections on the same endpoint are not touched by it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connecting_to_a_port_nobody_holds_fails_at_the_hosts_word() {
+    let (live, _served) = server(true, TransportConfig::default()).await;
+    for driver in [DriverPlacement::Thread, DriverPlacement::Task] {
+        let elsewhere = std::net::UdpSocket::bind(localhost()).unwrap();
+        let closed = std::net::UdpSocket::bind(localhost()).unwrap();
+        closed.connect(elsewhere.local_addr().unwrap()).unwrap();
+        let addr = closed.local_addr().unwrap();
+        let endpoint = Endpoint::bind(localhost(), EndpointConfig { driver, ..EndpointConfig::client(TransportConfig::default()) }).await.unwrap();
+        // An established connection to a live server on the same endpoint goes on.
+        let mut up = endpoint.connect(live.local_addr()).await.unwrap();
+        exchange(&mut up, 1).await;
+        let started = Instant::now();
+        match endpoint.connect(addr).await {
+            Err(e @ NetError::ConnectionLost { error: ConnectionError::Unreachable(_), .. }) => {
+                assert!(e.to_string().contains(&format!("connecting to {addr} failed: nothing listens on that port")), "{e}");
+            }
+            Err(other) => panic!("expected the port's refusal from {addr}, got {other}"),
+            Ok(_) => panic!("connected to {addr}, where nothing listens"),
+        }
+        let took = started.elapsed();
+        // Within the handshake's first tries, not the ten-second connect timeout.
+        assert!(took < Duration::from_secs(3), "{driver:?}: {took:?}");
+        assert!(endpoint.stats().unreachable_reports >= 1, "{:?}", endpoint.stats());
+        exchange(&mut up, 2).await;
+        eprintln!("{driver:?}: refused after {took:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_reader_receives_for_itself_in_an_exchange_and_keeps_the_order() {
     let (echo, _) = server(true, TransportConfig::default()).await;
@@ -364,12 +396,17 @@ async fn clear_errors_for_unreachable_peers_and_busy_ports() {
     let mut config = EndpointConfig::client(TransportConfig::default());
     config.connect_timeout = Duration::from_millis(700);
     let client = Endpoint::bind(localhost(), config).await.unwrap();
-    // A port nobody serves.
+    // A port nobody serves (held, so no other test takes it, but connected elsewhere, so
+    // the kernel answers with ICMP port unreachable), and one held by a socket that never
+    // answers.
+    let elsewhere = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let nobody = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    nobody.connect(elsewhere.local_addr().unwrap()).unwrap();
     let addr = nobody.local_addr().unwrap();
-    drop(nobody);
-    let err = client.connect(addr).await.unwrap_err();
-    let message = err.to_string();
+    let message = client.connect(addr).await.unwrap_err().to_string();
+    assert!(message.contains(&format!("connecting to {addr} failed: nothing listens on that port")), "{message}");
+    let addr = elsewhere.local_addr().unwrap();
+    let message = client.connect(addr).await.unwrap_err().to_string();
     assert!(message.contains(&addr.to_string()) && message.contains("timed out"), "{message}");
     let taken = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let err = Endpoint::bind(taken.local_addr().unwrap(), EndpointConfig::server(TransportConfig::default())).await.err().unwrap();

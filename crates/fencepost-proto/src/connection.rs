@@ -177,6 +177,9 @@ pub enum ConnectionError {
     NoProgress { stalled: Duration },
     /// The handshake could not be set up or finished (a key that does not match, say).
     Handshake(&'static str),
+    /// Before the peer answered anything, its host (or a router on the way) said the
+    /// packets cannot be delivered there (an ICMP port, host or network unreachable).
+    Unreachable(&'static str),
 }
 
 impl fmt::Display for ConnectionError {
@@ -191,6 +194,7 @@ impl fmt::Display for ConnectionError {
                 write!(f, "no progress: the stream has not advanced for {:.3} s although data is outstanding", stalled.as_secs_f64())
             }
             ConnectionError::Handshake(why) => write!(f, "handshake failed: {why}"),
+            ConnectionError::Unreachable(why) => write!(f, "unreachable: {why}"),
         }
     }
 }
@@ -2294,6 +2298,21 @@ impl Connection {
             // Linger until the peer has been quiet for the idle timeout, answering its retransmissions.
             self.timers.set(Timer::Idle, self.last_rx_any.max(now) + self.config.idle_timeout);
         }
+    }
+
+    /// An ICMP error said the packets this connection sends cannot be delivered (`why`
+    /// says which). A client whose handshake has had no answer at all gives up at once,
+    /// as a TCP connect is refused: waiting out the connect timeout could only end in the
+    /// same failure. Anything else goes on: a peer that has answered is there (the error is
+    /// for an older packet, a passing routing fault, or forged, which anyone on the path
+    /// could do), and a server does not take an ICMP error as its client's word.
+    /// Returns whether the connection ended.
+    pub fn on_unreachable(&mut self, why: &'static str) -> bool {
+        if self.side != Side::Client || self.state != State::Handshake || self.stats.packets_received > 0 {
+            return false;
+        }
+        self.lose(ConnectionError::Unreachable(why));
+        true
     }
 
     fn lose(&mut self, error: ConnectionError) {

@@ -116,6 +116,9 @@ pub struct EndpointStats {
     /// Connections whose peer's packets came from a new address and were followed there
     /// (see [`Endpoint::handle_datagram`]: a NAT that gave the peer a new port).
     pub peer_address_changes: u64,
+    /// ICMP errors the socket reported for datagrams this endpoint sent (see
+    /// [`Endpoint::on_unreachable`]), whether or not a connection ended for them.
+    pub unreachable_reports: u64,
 }
 
 impl EndpointStats {
@@ -964,6 +967,24 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
             }
             self.touch(cid);
         }
+    }
+
+    /// The socket reported an ICMP error for a datagram sent to `remote` (`why`: what the
+    /// error said): connections to it that are still waiting for their first answer end
+    /// (see `Connection::on_unreachable`). Returns how many did.
+    pub fn on_unreachable(&mut self, remote: &A, why: &'static str) -> usize {
+        let hit: Vec<u32> = self.connections.iter().filter(|(_, e)| e.remote == *remote).map(|(&cid, _)| cid).collect();
+        let mut ended = 0;
+        for cid in hit {
+            if let Some(entry) = self.connections.get_mut(&cid) {
+                if entry.connection.on_unreachable(why) {
+                    ended += 1;
+                    self.touch(cid);
+                }
+            }
+        }
+        self.stats.unreachable_reports += 1;
+        ended
     }
 
     /// Counts an Initial that the caller dropped without handing it over (see

@@ -5,7 +5,7 @@ use fencepost_net::tools::{self, Amount};
 use fencepost_net::{Connection, Endpoint, EndpointConfig, NetError};
 use fencepost_spec::options::Command;
 use fencepost_spec::tools::{tool_options, transport_from_options, ToolOptions};
-use pyo3::exceptions::{PyConnectionError, PyOSError, PyOverflowError, PyTimeoutError, PyValueError};
+use pyo3::exceptions::{PyConnectionError, PyConnectionRefusedError, PyOSError, PyOverflowError, PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use std::future::Future;
@@ -82,6 +82,7 @@ where
 fn net_error(e: NetError) -> PyErr {
     match &e {
         NetError::ConnectTimeout { .. } => PyTimeoutError::new_err(e.to_string()),
+        NetError::ConnectionLost { error: fencepost_proto::ConnectionError::Unreachable(_), .. } => PyConnectionRefusedError::new_err(e.to_string()),
         NetError::ConnectionLost { .. } | NetError::EndpointClosed(_) => PyConnectionError::new_err(e.to_string()),
         NetError::Io(io) if io.kind() == std::io::ErrorKind::TimedOut => PyTimeoutError::new_err(e.to_string()),
         NetError::Io(io) if matches!(io.kind(), std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::NotConnected) => {
@@ -281,6 +282,7 @@ pub(crate) fn endpoint_stats_dict<'py>(py: Python<'py>, s: &fencepost_proto::End
         ("socket_overflows_in_floods", s.socket_overflows_in_floods),
         ("socket_fill_holds", s.socket_fill_holds),
         ("peer_address_changes", s.peer_address_changes),
+        ("unreachable_reports", s.unreachable_reports),
     ] {
         d.set_item(k, v)?;
     }
