@@ -73,6 +73,25 @@ def free_port(kind: int) -> int:
         return s.getsockname()[1]
 
 
+def wait_bound(port: int, proto: str, server: subprocess.Popen, deadline: float) -> bool:
+    """Waits until a socket of this host holds `port` (a listening one for TCP), as the
+    kernel lists them in /proc/net; False if the server exits or the deadline passes."""
+    tables = ["/proc/net/tcp", "/proc/net/tcp6"] if proto == "tcp" else ["/proc/net/udp", "/proc/net/udp6"]
+    wanted = f":{port:04X}"
+    while time.time() < deadline and server.poll() is None:
+        for table in tables:
+            try:
+                with open(table) as f:
+                    rows = [line.split() for line in f.readlines()[1:]]
+            except OSError:
+                continue
+            # Columns: sl, local_address, rem_address, st (0A: TCP's LISTEN), ...
+            if any(r[1].endswith(wanted) and (proto != "tcp" or r[3] == "0A") for r in rows if len(r) > 3):
+                return True
+        time.sleep(0.01)
+    return False
+
+
 def one_run(proto: str, flags: list, client_args: list, timeout: float) -> dict:
     """Server and client for one case; returns both JSON reports or {'error': ...}."""
     port = free_port(socket.SOCK_STREAM if proto == "tcp" else socket.SOCK_DGRAM)
@@ -85,7 +104,12 @@ def one_run(proto: str, flags: list, client_args: list, timeout: float) -> dict:
             deadline = time.time() + 5
             while proto == "quinn" and not os.path.exists(cert[1]) and time.time() < deadline:
                 time.sleep(0.02)
-            time.sleep(0.2)  # the server binds before the client's first packet
+            # The server binds before the client's first packet: a fencepost client is
+            # refused at once where nothing listens yet, as a TCP one is.
+            if not wait_bound(port, proto, server, deadline=time.time() + 10):
+                server.kill()
+                _, err = server.communicate()
+                return {"error": f"the server never bound {addr}: {err.strip()[-300:]}"}
             client = subprocess.run([PEERS, "client", proto, addr] + flags + cert + client_args,
                                     capture_output=True, text=True, timeout=timeout)
             out, err = server.communicate(timeout=10)

@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -79,11 +80,22 @@ def test_timeouts_and_errors_are_clear():
         s.close(timeout=0.5)
     finally:
         listener.close()
-    silent = fencepost.listen(("127.0.0.1", 0))
-    addr = silent.getsockname()
-    silent.close()
-    with pytest.raises(fencepost.Timeout, match=f"{addr[0]}:{addr[1]}"):
-        fencepost.connect(addr, connect_timeout=0.5)
+    # A port held by a socket that never answers: the connect times out. One nobody holds
+    # (held here, so no other test takes it, but connected elsewhere, so the kernel answers
+    # each Initial with ICMP port unreachable): refused at once, a ConnectionRefusedError.
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as silent, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as closed:
+        silent.bind(("127.0.0.1", 0))
+        closed.bind(("127.0.0.1", 0))
+        closed.connect(silent.getsockname())
+        addr = silent.getsockname()
+        with pytest.raises(fencepost.Timeout, match=f"{addr[0]}:{addr[1]}"):
+            fencepost.connect(addr, connect_timeout=0.5)
+        addr = closed.getsockname()
+        started = time.monotonic()
+        with pytest.raises(fencepost.Refused, match=f"{addr[0]}:{addr[1]} failed: nothing listens on that port") as refused:
+            fencepost.connect(addr)
+        assert isinstance(refused.value, ConnectionRefusedError)
+        assert time.monotonic() - started < 3.0, "refused within the handshake's first tries, not the 10 s timeout"
     with pytest.raises(fencepost.OptionError, match="--arq"):
         fencepost.connect(addr, arq="sack")
 

@@ -12,7 +12,7 @@ from ._core import __version__
 from ._errors import ControllerError, FencepostError, OptionError
 from .controller import Ack, Controller, Loss
 from .sim import FlowResult, LinkResult, LinkStats, SimResult
-from .net import ConnectionLost, KeyPair, Timeout, connect, keygen, listen, open_connection, public_key, start_server
+from .net import ConnectionLost, KeyPair, Refused, Timeout, connect, keygen, listen, open_connection, public_key, start_server
 from .sweep import Experiment, ExperimentError, sweep
 
 __all__ = [
@@ -21,6 +21,7 @@ __all__ = [
     "Loss",
     "ConnectionLost",
     "ControllerError",
+    "Refused",
     "Timeout",
     "connect",
     "KeyPair",

@@ -37,6 +37,11 @@ class ConnectionLost(FencepostError, ConnectionError):
     """The connection ended abnormally: the peer vanished (idle timeout) or reset it."""
 
 
+class Refused(FencepostError, ConnectionRefusedError):
+    """The peer's host (or a router on the way) said the handshake cannot reach it: nothing
+    listens on that port, or no route. Raised by a connect before the peer answered."""
+
+
 class Timeout(FencepostError, TimeoutError):
     """An operation's timeout passed, or the peer never answered the handshake."""
 
@@ -50,6 +55,8 @@ def _translate(exc: BaseException) -> BaseException:
         return exc
     if isinstance(exc, TimeoutError):
         return Timeout(str(exc))
+    if isinstance(exc, ConnectionRefusedError):
+        return Refused(str(exc))
     if isinstance(exc, ConnectionError):
         return ConnectionLost(str(exc))
     if isinstance(exc, ValueError) and exc.args and isinstance(exc.args[0], tuple):
@@ -499,6 +506,7 @@ __all__ = [
     "ConnectionLost",
     "KeyPair",
     "Listener",
+    "Refused",
     "Server",
     "Socket",
     "StreamReader",
