@@ -181,8 +181,11 @@ impl Io {
                 #[cfg(target_os = "linux")]
                 Wait::Ring(ring) => self.receive_on_ring(&mut ring.borrow_mut(), timeout)?,
                 Wait::Epoll(poller) => {
-                    if poller.readable(timeout).map_err(|e| self.fail(e))? {
-                        self.receive_once(&mut inbox)?;
+                    // Readable with nothing to read: the socket's error queue holds
+                    // something (epoll reports that whatever was asked), which the next turn
+                    // reads, or each wait would end at once again.
+                    if poller.readable(timeout).map_err(|e| self.fail(e))? && !self.receive_once(&mut inbox)? {
+                        driver::note_icmp(&self.shared);
                     }
                 }
             }

@@ -400,7 +400,7 @@ impl OverflowWatch {
 /// next deadline.
 pub(crate) fn turn(shared: &Shared, st: &mut State, out: &mut Outgoing, closing: &mut WakerSet) -> Option<fencepost_proto::Instant> {
     let now = shared.now();
-    take_unreachable(shared, st);
+    take_unreachable(shared, st, now);
     st.proto.handle_timeout(now);
     let memory_due = return_memory(st, now);
     for (destination, response) in std::mem::take(&mut st.responses) {
@@ -612,13 +612,25 @@ fn unreachable_reason(errno: i32) -> Option<&'static str> {
     }
 }
 
-/// Reads the ICMP errors waiting in the socket's error queue, if a send or receive said
-/// some came, and tells the core which destinations they name.
-fn take_unreachable(shared: &Shared, st: &mut State) {
-    if !shared.icmp_pending.swap(false, std::sync::atomic::Ordering::Relaxed) {
+/// How often the driver reads the socket's error queue when no call has said anything
+/// waits there: errors this host raises itself (a send too large for the route) are
+/// queued without being handed to any call, and each holds receive buffer until read.
+const ERRORS_READ_EVERY: fencepost_proto::Duration = fencepost_proto::Duration::from_secs(1);
+
+/// Reads the errors waiting in the socket's error queue, if a send or receive said some
+/// came (or [`ERRORS_READ_EVERY`] passed), and tells the core which destinations the ICMP
+/// ones name.
+fn take_unreachable(shared: &Shared, st: &mut State, now: fencepost_proto::Instant) {
+    let said = shared.icmp_pending.swap(false, std::sync::atomic::Ordering::Relaxed);
+    if !said && now < st.errors_read_at + ERRORS_READ_EVERY {
         return;
     }
-    for (destination, errno) in sockio::take_icmp_errors(&shared.inline_socket) {
+    st.errors_read_at = now;
+    let (reports, more) = sockio::take_icmp_errors(&shared.inline_socket);
+    if more {
+        note_icmp(shared);
+    }
+    for (destination, errno) in reports {
         if let Some(why) = unreachable_reason(errno) {
             st.proto.on_unreachable(&normalize(destination), why);
         }

@@ -367,6 +367,8 @@ struct State {
     /// to the system, and the amount given back since as last seen with the time it
     /// changed (see `driver::return_memory`).
     memory_returned_at: Option<fencepost_proto::Instant>,
+    /// When the driver last read the socket's error queue (see `driver::take_unreachable`).
+    errors_read_at: fencepost_proto::Instant,
     memory_pending: (usize, fencepost_proto::Instant),
     /// What the route to each peer carries, to fit new connections' packets to it.
     routes: path::KnownRoutes,
@@ -663,6 +665,7 @@ impl Shared {
                 flush_waits: Vec::new(),
                 closing_after_send: WakerSet::default(),
                 memory_returned_at: None,
+                errors_read_at: fencepost_proto::Instant::ZERO,
                 memory_pending: (0, fencepost_proto::Instant::ZERO),
                 routes: path::KnownRoutes::default(),
             }),

@@ -248,28 +248,36 @@ pub(crate) fn report_icmp_errors(socket: &std::net::UdpSocket, v6: bool) {
     let _ = (socket, v6);
 }
 
-/// Reads what waits in the socket's error queue (at most 64 messages): for each ICMP
-/// error, the destination of the datagram it is about and its errno.
-pub(crate) fn take_icmp_errors(socket: &impl AsFd) -> Vec<(SocketAddr, i32)> {
+/// The most messages one look at the error queue reads (a flood of ICMP errors, forged
+/// or not, is read over several turns).
+const ERRORS_PER_LOOK: usize = 256;
+
+/// Reads what waits in the socket's error queue, up to [`ERRORS_PER_LOOK`] messages: for
+/// each ICMP error, the destination of the datagram it is about and its errno (the others,
+/// this host's own, are read and dropped). `true` beside them: more may wait.
+pub(crate) fn take_icmp_errors(socket: &impl AsFd) -> (Vec<(SocketAddr, i32)>, bool) {
     let mut reports = Vec::new();
     #[cfg(target_os = "linux")]
     {
         let fd = socket.as_fd().as_raw_fd();
         // The datagram the error is about comes back too; only its destination is wanted.
         let mut head = [0u8; 64];
-        for _ in 0..64 {
+        for _ in 0..ERRORS_PER_LOOK {
             let mut slot = RecvSlot::new(&mut head);
             // SAFETY: the header points into `slot` and `head`, which outlive the call.
             let read = uninterrupted(|| unsafe { libc::recvmsg(fd, slot.prepare(), libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) });
             if read.is_err() {
-                break; // empty (EAGAIN), or nothing to read on this system
+                return (reports, false); // empty (EAGAIN), or nothing to read on this system
             }
             if let (Ok(destination), Some(errno)) = (slot.source(), slot.icmp_errno()) {
                 reports.push((destination, errno));
             }
         }
+        (reports, true)
     }
     #[cfg(not(target_os = "linux"))]
-    let _ = socket;
-    reports
+    {
+        let _ = socket;
+        (reports, false)
+    }
 }
