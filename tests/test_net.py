@@ -201,19 +201,39 @@ def test_no_verify_checks_the_count_at_either_end_and_says_so():
             server.communicate(timeout=10)
 
 
-def test_send_to_a_killed_server_ends_with_a_clear_error_within_the_idle_timeout():
+def test_send_to_a_frozen_server_ends_with_a_clear_error_within_the_idle_timeout():
     server, port = start_serve("--idle-timeout", "3s")
     sender = subprocess.Popen([str(BIN / "fencepost"), "send", f"127.0.0.1:{port}", "--time", "60s", "--idle-timeout", "3s"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(1.0)
-    server.kill()  # SIGKILL: no FIN, no reset, the peer just vanishes
-    server.wait()
-    killed = time.monotonic()
-    _, err = sender.communicate(timeout=30)
-    took = time.monotonic() - killed
+    try:
+        time.sleep(1.0)
+        server.send_signal(signal.SIGSTOP)  # its socket stays open and answers nothing: a vanished peer
+        stopped = time.monotonic()
+        _, err = sender.communicate(timeout=30)
+        took = time.monotonic() - stopped
+    finally:
+        server.send_signal(signal.SIGCONT)
+        server.kill()
+        server.wait()
     assert sender.returncode == 1, err
     assert "timed out" in err and "127.0.0.1" in err, err
-    assert took < 3.0 + 2.0, f"the error came {took:.1f} s after the server died"
+    assert took < 3.0 + 2.0, f"the error came {took:.1f} s after the server froze"
+
+
+def test_send_to_a_killed_server_ends_when_its_host_says_the_port_closed():
+    # The default idle timeout (30 s): the host's ICMP port unreachable ends it long before.
+    server, port = start_serve()
+    sender = subprocess.Popen([str(BIN / "fencepost"), "send", f"127.0.0.1:{port}", "--time", "60s"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)
+    server.kill()  # SIGKILL: no FIN, no reset; its port closes with it
+    server.wait()
+    killed = time.monotonic()
+    _, err = sender.communicate(timeout=60)
+    took = time.monotonic() - killed
+    assert sender.returncode == 1, err
+    assert "the peer's port closed" in err and "127.0.0.1" in err, err
+    assert took < 5.0, f"the error came {took:.1f} s after the server died"
 
 
 def test_bad_arguments_name_the_option():

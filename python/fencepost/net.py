@@ -34,7 +34,8 @@ Address = Tuple[str, int]
 
 
 class ConnectionLost(FencepostError, ConnectionError):
-    """The connection ended abnormally: the peer vanished (idle timeout) or reset it."""
+    """The connection ended abnormally: the peer vanished (idle timeout), reset it, or its
+    host said its port closed."""
 
 
 class Refused(FencepostError, ConnectionRefusedError):

@@ -601,13 +601,14 @@ pub(crate) fn try_send(shared: &Shared, socket: &impl std::os::fd::AsFd, connect
     }
 }
 
-/// What an ICMP error's errno says of a peer that has not answered yet, if it says the
-/// packets cannot reach it (see `fencepost_proto::Connection::on_unreachable`).
-fn unreachable_reason(errno: i32) -> Option<&'static str> {
+/// Where an ICMP error's errno (the kernel's reading of its type and code) says the
+/// packets stop, if it says they cannot reach the peer (see
+/// `fencepost_proto::Connection::on_unreachable`).
+fn unreachable_at(errno: i32) -> Option<fencepost_proto::Unreachable> {
     match errno {
-        libc::ECONNREFUSED => Some("nothing listens on that port (ICMP port unreachable)"),
-        libc::EHOSTUNREACH => Some("no route to the host, or a filter on the way refused the packets (ICMP host unreachable)"),
-        libc::ENETUNREACH => Some("the network is unreachable (ICMP network unreachable)"),
+        libc::ECONNREFUSED => Some(fencepost_proto::Unreachable::Port),
+        libc::EHOSTUNREACH => Some(fencepost_proto::Unreachable::Host),
+        libc::ENETUNREACH => Some(fencepost_proto::Unreachable::Network),
         _ => None,
     }
 }
@@ -631,8 +632,8 @@ fn take_unreachable(shared: &Shared, st: &mut State, now: fencepost_proto::Insta
         note_icmp(shared);
     }
     for (destination, errno) in reports {
-        if let Some(why) = unreachable_reason(errno) {
-            st.proto.on_unreachable(&normalize(destination), why);
+        if let Some(what) = unreachable_at(errno) {
+            st.proto.on_unreachable(now, &normalize(destination), what);
         }
     }
 }

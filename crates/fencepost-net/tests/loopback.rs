@@ -94,6 +94,39 @@ async fn connecting_to_a_port_nobody_holds_fails_at_the_hosts_word() {
     }
 }
 
+/// A server whose process is gone (its endpoint shut down and its socket closed): the
+/// client writing to it hears ICMP port unreachable for each packet and nothing else, and
+/// its connection ends with the reason within seconds, not at the 30 s idle timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_whose_server_vanished_ends_when_its_host_says_the_port_closed() {
+    let server = Endpoint::bind(localhost(), EndpointConfig::server(TransportConfig::default())).await.unwrap();
+    let addr = server.local_addr();
+    let client = client().await;
+    let mut conn = client.connect(addr).await.unwrap();
+    let accepted = server.accept().await.unwrap();
+    conn.write_all(&[1; 64]).await.unwrap();
+    server.shutdown();
+    drop((accepted, server));
+    // The socket closes once the driver has let it go.
+    let freed = Instant::now();
+    while std::net::UdpSocket::bind(addr).is_err() {
+        assert!(freed.elapsed() < Duration::from_secs(5), "the server's socket stayed open");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let started = Instant::now();
+    let chunk = vec![2u8; 64 * 1024];
+    let error = loop {
+        if let Err(e) = conn.write_all(&chunk).await {
+            break e;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "still writing to a closed port after 20 s");
+    };
+    let took = started.elapsed();
+    assert!(error.to_string().contains("the peer's port closed"), "{error}");
+    assert!(took < Duration::from_secs(5), "{took:?}: {error}");
+    eprintln!("ended after {took:?}: {error}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_reader_receives_for_itself_in_an_exchange_and_keeps_the_order() {
     let (echo, _) = server(true, TransportConfig::default()).await;

@@ -164,6 +164,34 @@ pub enum State {
 }
 
 /// Why a connection ended abnormally.
+/// How long ICMP port unreachable reports must keep coming, with nothing from the peer,
+/// before an established client connection ends (see [`Connection::on_unreachable`]):
+/// long enough for the peer's packets already on the way to outlast a stale or forged
+/// report, far short of the idle timeout a crashed server otherwise held its clients for.
+pub const PORT_CLOSED_AFTER: Duration = Duration::from_secs(1);
+
+/// Where an ICMP error says a connection's packets stop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unreachable {
+    /// The peer's host: nothing listens on that port.
+    Port,
+    /// A router: no route to the host, or a filter refused the packets.
+    Host,
+    /// A router: no route to the network.
+    Network,
+}
+
+impl Unreachable {
+    /// What it means, for the error a connection ends with.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Unreachable::Port => "nothing listens on that port (ICMP port unreachable)",
+            Unreachable::Host => "no route to the host, or a filter on the way refused the packets (ICMP host unreachable)",
+            Unreachable::Network => "the network is unreachable (ICMP network unreachable)",
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ConnectionError {
     /// Nothing arrived from the peer for the idle timeout.
@@ -180,6 +208,10 @@ pub enum ConnectionError {
     /// Before the peer answered anything, its host (or a router on the way) said the
     /// packets cannot be delivered there (an ICMP port, host or network unreachable).
     Unreachable(&'static str),
+    /// The peer's host said nothing listens on its port any more (ICMP port unreachable,
+    /// as a TCP peer's host answers with a reset), and nothing came from the peer for this
+    /// long while it kept saying so: the peer's process is gone.
+    PortClosed { silent: Duration },
 }
 
 impl fmt::Display for ConnectionError {
@@ -195,6 +227,11 @@ impl fmt::Display for ConnectionError {
             }
             ConnectionError::Handshake(why) => write!(f, "handshake failed: {why}"),
             ConnectionError::Unreachable(why) => write!(f, "unreachable: {why}"),
+            ConnectionError::PortClosed { silent } => write!(
+                f,
+                "the peer's port closed: its host says nothing listens there (ICMP port unreachable), and nothing came from the peer for {:.1} s",
+                silent.as_secs_f64()
+            ),
         }
     }
 }
@@ -451,6 +488,9 @@ pub struct Connection {
     last_rx_timestamp: u32,
     last_rx_time: Instant,
     last_rx_any: Instant,
+    /// When the first ICMP port unreachable since the peer was last heard from came (see
+    /// [`Connection::on_unreachable`]).
+    port_refused_since: Option<Instant>,
     /// The last packet either way when the buffers were last given back (see [`TRIM_AFTER`]):
     /// the timer is set again only once there has been a packet since (else, with bytes left
     /// unread, it would fire again at once).
@@ -676,6 +716,7 @@ impl Connection {
             last_rx_timestamp: 0,
             last_rx_time: now,
             last_rx_any: now,
+            port_refused_since: None,
             trimmed_after: now,
             trim_armed_after: now,
             given_back: 0,
@@ -2300,19 +2341,47 @@ impl Connection {
         }
     }
 
-    /// An ICMP error said the packets this connection sends cannot be delivered (`why`
-    /// says which). A client whose handshake has had no answer at all gives up at once,
-    /// as a TCP connect is refused: waiting out the connect timeout could only end in the
-    /// same failure. Anything else goes on: a peer that has answered is there (the error is
-    /// for an older packet, a passing routing fault, or forged, which anyone on the path
-    /// could do), and a server does not take an ICMP error as its client's word.
+    /// An ICMP error said the packets this connection sends cannot be delivered
+    /// (`what`: where they stop). Only a client acts on one:
+    /// - in a handshake that has had no answer at all, it gives up at once, as a TCP
+    ///   connect is refused: waiting out the connect timeout could only end the same way;
+    /// - once its peer has answered, only a port unreachable counts (the peer's host says
+    ///   nothing listens there, as a TCP peer's host answers with a reset once its process
+    ///   is gone), and only after such reports have kept coming for [`PORT_CLOSED_AFTER`]
+    ///   with nothing from the peer meanwhile: a report about an older packet, or a forged
+    ///   one, is outlasted by the peer's own packets. Otherwise a crashed server held its
+    ///   client for the idle timeout (30 s by default).
+    ///
+    /// Host and network unreachable after the handshake may be a route changing, and are
+    /// left to the idle timeout. A server takes no ICMP error as its client's word: a NAT
+    /// in front of the client that forgot its mapping answers the server with them, while
+    /// the client may come back from a new port (see `Endpoint::handle_datagram`).
     /// Returns whether the connection ended.
-    pub fn on_unreachable(&mut self, why: &'static str) -> bool {
-        if self.side != Side::Client || self.state != State::Handshake || self.stats.packets_received > 0 {
+    pub fn on_unreachable(&mut self, now: Instant, what: Unreachable) -> bool {
+        if self.side != Side::Client {
             return false;
         }
-        self.lose(ConnectionError::Unreachable(why));
-        true
+        match self.state {
+            State::Handshake if self.stats.packets_received == 0 => {
+                self.lose(ConnectionError::Unreachable(what.reason()));
+                true
+            }
+            State::Established | State::Closed if what == Unreachable::Port => match self.port_refused_since {
+                // Still nothing from the peer since the first report.
+                Some(since) if self.last_rx_any <= since => {
+                    if now.saturating_duration_since(since) < PORT_CLOSED_AFTER {
+                        return false;
+                    }
+                    self.lose(ConnectionError::PortClosed { silent: now.saturating_duration_since(self.last_rx_any) });
+                    true
+                }
+                _ => {
+                    self.port_refused_since = Some(now);
+                    false
+                }
+            },
+            _ => false,
+        }
     }
 
     fn lose(&mut self, error: ConnectionError) {

@@ -969,15 +969,16 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
         }
     }
 
-    /// The socket reported an ICMP error for a datagram sent to `remote` (`why`: what the
-    /// error said): connections to it that are still waiting for their first answer end
-    /// (see `Connection::on_unreachable`). Returns how many did.
-    pub fn on_unreachable(&mut self, remote: &A, why: &'static str) -> usize {
+    /// The socket reported an ICMP error for a datagram sent to `remote` (`what`: where it
+    /// stopped): a client connection to it still waiting for its first answer ends, and
+    /// one whose peer's port keeps being reported closed ends after a while without word
+    /// from the peer (see `Connection::on_unreachable`). Returns how many ended.
+    pub fn on_unreachable(&mut self, now: Instant, remote: &A, what: crate::connection::Unreachable) -> usize {
         let hit: Vec<u32> = self.connections.iter().filter(|(_, e)| e.remote == *remote).map(|(&cid, _)| cid).collect();
         let mut ended = 0;
         for cid in hit {
             if let Some(entry) = self.connections.get_mut(&cid) {
-                if entry.connection.on_unreachable(why) {
+                if entry.connection.on_unreachable(now, what) {
                     ended += 1;
                     self.touch(cid);
                 }

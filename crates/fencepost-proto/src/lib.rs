@@ -29,7 +29,7 @@ pub mod wire;
 pub use assembler::Assembler;
 pub use config::{Arq, FenceWidth, Profile, Route, SendPolicy, TransportConfig};
 pub use congestion::{AckBatch, Controller, ControllerConfig, ControllerFactory, CubicConfig, FixedConfig, RateSample, RenoConfig, SentPacket, TahoeConfig};
-pub use connection::{Connection, ConnectionError, ConnectionSecrets, Event, Hello, ReadError, Side, State, Transmit, WriteError};
+pub use connection::{Connection, ConnectionError, ConnectionSecrets, Event, Hello, ReadError, Side, State, Transmit, Unreachable, WriteError, PORT_CLOSED_AFTER};
 pub use crypto::{Cipher, NoiseConfig, PublicKey, StaticKey};
 pub use disassembler::Disassembler;
 pub use endpoint::{AcceptError, ConnectionHandle, DatagramEvent, Endpoint, EndpointConfig, EndpointStats, Incoming, OpenedConnect, PendingConnect, TRANSMIT_BURST};

@@ -197,7 +197,7 @@ impl Flow {
                     ConnectionError::Reset(_) | ConnectionError::LocallyReset => "reset",
                     ConnectionError::NoProgress { .. } => "stalled",
                     ConnectionError::Handshake(_) => "handshake",
-                    ConnectionError::Unreachable(_) => "unreachable",
+                    ConnectionError::Unreachable(_) | ConnectionError::PortClosed { .. } => "unreachable",
                 };
                 let mut message = format!("{who}: {error}");
                 if let ConnectionError::TimedOut { idle } = error {
