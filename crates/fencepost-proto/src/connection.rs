@@ -163,7 +163,6 @@ pub enum State {
     Lost,
 }
 
-/// Why a connection ended abnormally.
 /// How long ICMP port unreachable reports must keep coming, with nothing from the peer,
 /// before an established client connection ends (see [`Connection::on_unreachable`]):
 /// long enough for the peer's packets already on the way to outlast a stale or forged
@@ -192,6 +191,7 @@ impl Unreachable {
     }
 }
 
+/// Why a connection ended abnormally.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ConnectionError {
     /// Nothing arrived from the peer for the idle timeout.
