@@ -127,7 +127,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                  f" and {s.get('socket_fill_holds', 0):,} times as the socket came near full)"
                  if kernel is not None else "")
               + f"; sent without a connection: {s['retries_sent']:,} retries and {s['stateless_resets_sent']:,} stateless resets "
-              f"({s['stateless_bytes_sent']:,} bytes); peers followed to a new address {s.get('peer_address_changes', 0):,}", file=sys.stderr)
+              f"({s['stateless_bytes_sent']:,} bytes); peers followed to a new address {s.get('peer_address_changes', 0):,}; "
+              f"ICMP errors about datagrams sent {s.get('unreachable_reports', 0):,}", file=sys.stderr)
         return 0
 
 
