@@ -204,10 +204,13 @@ impl DriverSocket {
         Ok(())
     }
 
-    /// Waits until the socket is readable; never, while it is not registered.
+    /// Waits until the socket is readable, or has an error in its error queue (epoll
+    /// reports that whatever was asked: an ICMP error about a datagram just sent, which a
+    /// lone connect waiting for its handshake's answer would otherwise learn of only at its
+    /// next try); never, while it is not registered.
     async fn readable(&self) -> io::Result<AsyncFdReadyGuard<'_, std::net::UdpSocket>> {
         match &self.registered {
-            Some(registered) => registered.readable().await,
+            Some(registered) => registered.ready(Interest::READABLE | Interest::ERROR).await,
             None => std::future::pending().await,
         }
     }
@@ -327,6 +330,11 @@ async fn run(shared: Arc<Shared>, mut socket: DriverSocket) {
                         return;
                     }
                 };
+                // The error queue is read on the next turn; the receive below ends in a
+                // WouldBlock, which clears this readiness with the rest.
+                if ready.ready().is_error() {
+                    note_icmp(&shared);
+                }
                 // Through tokio's readiness, which a WouldBlock resets.
                 let received = receive(&shared, &mut inbox, RECV_ROUNDS, 1, Some(HANDSHAKES_PER_PASS), |iovs, metas| {
                     match ready.try_io(|input| shared.udp.recv(input.get_ref().into(), iovs, metas)) {

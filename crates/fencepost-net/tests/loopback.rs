@@ -91,6 +91,18 @@ async fn connecting_to_a_port_nobody_holds_fails_at_the_hosts_word() {
         assert!(endpoint.stats().unreachable_reports >= 1, "{:?}", endpoint.stats());
         exchange(&mut up, 2).await;
         eprintln!("{driver:?}: refused after {took:?}");
+        // An endpoint with nothing else going on hears of it as soon (the socket's error
+        // readiness wakes the driver), and then sleeps: no wake-up loop on the error.
+        let lone = Endpoint::bind(localhost(), EndpointConfig { driver, ..EndpointConfig::client(TransportConfig::default()) }).await.unwrap();
+        let started = Instant::now();
+        let Err(refused) = lone.connect(addr).await else { panic!("connected to {addr}, where nothing listens") };
+        let took = started.elapsed();
+        assert!(refused.to_string().contains("nothing listens on that port"), "{refused}");
+        assert!(took < Duration::from_secs(3), "{driver:?}: {took:?}");
+        let woken = lone.driver_wakeups();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(lone.driver_wakeups() - woken < 20, "{driver:?}: {} wake-ups in 300 ms after the refusal", lone.driver_wakeups() - woken);
+        eprintln!("{driver:?}: a lone connect refused after {took:?}");
     }
 }
 
