@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -184,3 +185,20 @@ def test_a_client_reaches_a_wildcard_server_through_its_second_address(family):
         with path.serving(wildcard):
             code, out, err = path.send(target, "2MB")
             assert code == 0 and "SHA-256 match" in out, out[-1500:] + err[-1500:]
+
+
+def test_a_connect_that_cannot_arrive_fails_with_the_reason_at_once():
+    """Where the packets cannot go, a connect says so at once instead of waiting out its
+    10 s timeout: no route on the client's host (its own refusal), none on a router
+    (its ICMP network unreachable), nothing listening on the server's host (ICMP port
+    unreachable)."""
+    with Path_([1500, 1500]) as p:
+        # The client sends 10.88.0.0/24 to the router, which has no route for it.
+        ip("-n", p.names[0], "route", "add", "10.88.0.0/24", "via", "10.77.0.2")
+        for target, reason in [("10.99.0.1:5201", "network is unreachable"), ("10.88.0.1:5201", "network is unreachable"),
+                               (f"{p.server4}:5999", "nothing listens on that port")]:
+            started = time.monotonic()
+            code, _, err = p.send(target, "1kB")
+            took = time.monotonic() - started
+            assert code == 1 and reason in err and target in err, (target, code, err)
+            assert took < 5.0, f"{target}: the error came after {took:.1f} s"

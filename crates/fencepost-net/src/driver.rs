@@ -598,15 +598,30 @@ pub(crate) fn note_icmp(shared: &Shared) {
 /// Sends `transmit` from the endpoint's `socket` (see [`sockio::try_send`]). A send that
 /// returns an ICMP error about an earlier datagram sent nothing (the kernel hands the error
 /// to whichever call comes next): the error is noted and the send made again, once.
+/// A send the kernel refuses with network or host unreachable when no ICMP error was
+/// pending is this host's own word that it has no route there: it is reported for the
+/// destination as an ICMP error would be (a connect fails at once, as a TCP one does).
 pub(crate) fn try_send(shared: &Shared, socket: &impl std::os::fd::AsFd, connected_to: Option<SocketAddr>, transmit: &Transmit<'_>) -> io::Result<()> {
     let v6 = shared.local_addr.is_ipv6();
-    match sockio::try_send(&shared.udp, socket, v6, connected_to, transmit) {
+    let sent = match sockio::try_send(&shared.udp, socket, v6, connected_to, transmit) {
         Err(e) if sockio::is_icmp_report(&e) => {
             note_icmp(shared);
             sockio::try_send(&shared.udp, socket, v6, connected_to, transmit)
         }
         sent => sent,
+    };
+    // The first error, if any, was a pending one the kernel handed over; a second is this send's own.
+    if let Err(e) = &sent {
+        if let Some(errno @ (libc::ENETUNREACH | libc::EHOSTUNREACH)) = e.raw_os_error() {
+            let mut unroutable = shared.unroutable.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            // (Read each turn; the bound only caps a turn that is slow to come.)
+            if unroutable.len() < 1024 {
+                unroutable.push((transmit.destination, errno));
+            }
+            note_icmp(shared);
+        }
     }
+    sent
 }
 
 /// Where an ICMP error's errno (the kernel's reading of its type and code) says the
@@ -635,10 +650,11 @@ fn take_unreachable(shared: &Shared, st: &mut State, now: fencepost_proto::Insta
         return;
     }
     st.errors_read_at = now;
-    let (reports, more) = sockio::take_icmp_errors(&shared.inline_socket);
+    let (mut reports, more) = sockio::take_icmp_errors(&shared.inline_socket);
     if more {
         note_icmp(shared);
     }
+    reports.append(&mut shared.unroutable.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
     for (destination, errno) in reports {
         if let Some(what) = unreachable_at(errno) {
             st.proto.on_unreachable(now, &normalize(destination), what);

@@ -430,6 +430,10 @@ struct Shared {
     /// A send or receive returned an ICMP error about an earlier datagram: the driver's
     /// next turn reads the socket's error queue (see `driver::take_unreachable`).
     icmp_pending: std::sync::atomic::AtomicBool,
+    /// Destinations this host itself has no route to (a send to them failed with network
+    /// or host unreachable), with the errno, for the driver's next turn (see
+    /// `driver::take_unreachable`).
+    unroutable: Mutex<Vec<(SocketAddr, i32)>>,
     wake_driver: tokio::sync::Notify,
     epoch: std::time::Instant,
     local_addr: SocketAddr,
@@ -675,6 +679,7 @@ impl Shared {
             reader_parked_at: std::sync::atomic::AtomicU64::new(0),
             driver_wakeups: std::sync::atomic::AtomicU64::new(0),
             icmp_pending: std::sync::atomic::AtomicBool::new(false),
+            unroutable: Mutex::new(Vec::new()),
             wake_driver: tokio::sync::Notify::new(),
             epoch: std::time::Instant::now(),
             local_addr,

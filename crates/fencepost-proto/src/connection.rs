@@ -174,9 +174,10 @@ pub const PORT_CLOSED_AFTER: Duration = Duration::from_secs(1);
 pub enum Unreachable {
     /// The peer's host: nothing listens on that port.
     Port,
-    /// A router: no route to the host, or a filter refused the packets.
+    /// A router (its ICMP error) or this host (its refusal to send): no route to the
+    /// host, or a filter refused the packets.
     Host,
-    /// A router: no route to the network.
+    /// A router or this host: no route to the network.
     Network,
 }
 
@@ -185,8 +186,8 @@ impl Unreachable {
     pub fn reason(self) -> &'static str {
         match self {
             Unreachable::Port => "nothing listens on that port (ICMP port unreachable)",
-            Unreachable::Host => "no route to the host, or a filter on the way refused the packets (ICMP host unreachable)",
-            Unreachable::Network => "the network is unreachable (ICMP network unreachable)",
+            Unreachable::Host => "no route to the host, or a filter on the way refused the packets (host unreachable)",
+            Unreachable::Network => "the network is unreachable (no route there)",
         }
     }
 }
