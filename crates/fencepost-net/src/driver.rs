@@ -588,8 +588,8 @@ pub(crate) fn is_passing(shared: &Shared, e: &io::Error) -> bool {
     matches!(e.kind(), io::ErrorKind::ConnectionRefused | io::ErrorKind::ConnectionReset | io::ErrorKind::Interrupted)
 }
 
-/// The socket has ICMP errors waiting in its error queue: the driver reads them on its
-/// next turn, which comes at once.
+/// The socket has errors waiting in its error queue (or a send found no route): the
+/// driver reads them on its next turn, which comes at once.
 pub(crate) fn note_icmp(shared: &Shared) {
     shared.icmp_pending.store(true, std::sync::atomic::Ordering::Relaxed);
     shared.wake_driver.notify_one();
@@ -643,7 +643,10 @@ const ERRORS_READ_EVERY: fencepost_proto::Duration = fencepost_proto::Duration::
 
 /// Reads the errors waiting in the socket's error queue, if a send or receive said some
 /// came (or [`ERRORS_READ_EVERY`] passed), and tells the core which destinations the ICMP
-/// ones name.
+/// ones name, and which ones this host found no route to (see [`try_send`]). (Should
+/// another ICMP error come between a send's two tries, the second try's would be taken
+/// for the send's own: a client still waiting for its first answer from that destination
+/// would end for it, which forging an ICMP error about it could do anyway.)
 fn take_unreachable(shared: &Shared, st: &mut State, now: fencepost_proto::Instant) {
     let said = shared.icmp_pending.swap(false, std::sync::atomic::Ordering::Relaxed);
     if !said && now < st.errors_read_at + ERRORS_READ_EVERY {
