@@ -128,7 +128,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                  if kernel is not None else "")
               + f"; sent without a connection: {s['retries_sent']:,} retries and {s['stateless_resets_sent']:,} stateless resets "
               f"({s['stateless_bytes_sent']:,} bytes); peers followed to a new address {s.get('peer_address_changes', 0):,}; "
-              f"ICMP errors about datagrams sent {s.get('unreachable_reports', 0):,}", file=sys.stderr)
+              f"destinations reported unreachable (ICMP errors, sends with no route) {s.get('unreachable_reports', 0):,}", file=sys.stderr)
         return 0
 
 

@@ -116,7 +116,8 @@ pub struct EndpointStats {
     /// Connections whose peer's packets came from a new address and were followed there
     /// (see [`Endpoint::handle_datagram`]: a NAT that gave the peer a new port).
     pub peer_address_changes: u64,
-    /// ICMP errors the socket reported for datagrams this endpoint sent (see
+    /// Reports that a destination of this endpoint's datagrams is unreachable (an ICMP port,
+    /// host or network unreachable, or a send this host found no route for; see
     /// [`Endpoint::on_unreachable`]), whether or not a connection ended for them.
     pub unreachable_reports: u64,
 }
