@@ -32,16 +32,22 @@ fn exchange(client: &mut Endpoint<u8>, server: &mut Endpoint<u8>, mut now: Insta
     now
 }
 
-#[test]
-fn an_unanswered_handshake_ends_and_an_answered_one_goes_on() {
-    let mut now = Instant::from_millis(1);
+/// A client (address 1) and a server (address 0) with one established connection between
+/// them: the endpoints, the client's handle and the time after the handshake.
+fn established() -> (Endpoint<u8>, Endpoint<u8>, fencepost_proto::ConnectionHandle, Instant) {
     let mut client = Endpoint::new(EndpointConfig::client(TransportConfig::default()), 1);
     let mut server = Endpoint::new(EndpointConfig::server(TransportConfig::default()), 2);
+    let live = client.connect(Instant::from_millis(1), 0u8);
+    let now = exchange(&mut client, &mut server, Instant::from_millis(1), 20);
+    assert!(client.connection(live).unwrap().is_established(), "{:?}", client.connection(live).unwrap().state());
+    (client, server, live, now)
+}
+
+#[test]
+fn an_unanswered_handshake_ends_and_an_answered_one_goes_on() {
     // One connection to the server (address 0), which answers, and one to address 9,
     // where nothing does.
-    let live = client.connect(now, 0u8);
-    now = exchange(&mut client, &mut server, now, 20);
-    assert!(client.connection(live).unwrap().is_established(), "{:?}", client.connection(live).unwrap().state());
+    let (mut client, mut server, live, now) = established();
     let nobody = client.connect(now, 9u8);
     let mut buf = vec![0u8; 2048];
     while client.poll_transmit(now, &mut buf).is_some() {}
@@ -90,12 +96,7 @@ fn an_unanswered_handshake_ends_and_an_answered_one_goes_on() {
 
 #[test]
 fn a_closed_port_ends_an_established_client_only_after_a_silent_second() {
-    let mut now = Instant::from_millis(1);
-    let mut client = Endpoint::new(EndpointConfig::client(TransportConfig::default()), 1);
-    let mut server = Endpoint::new(EndpointConfig::server(TransportConfig::default()), 2);
-    let live = client.connect(now, 0u8);
-    now = exchange(&mut client, &mut server, now, 20);
-    assert!(client.connection(live).unwrap().is_established());
+    let (mut client, mut server, live, mut now) = established();
     let half = Duration::from_micros(PORT_CLOSED_AFTER.total_micros() / 2);
 
     // Host unreachable (a route that may come back) never ends it, however long it lasts.
