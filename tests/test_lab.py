@@ -237,7 +237,12 @@ def test_a_trace_starts_with_the_run_as_in_the_simulator(tmp_path):
 
 
 def test_two_flows_share_a_dumbbell():
-    rows, _ = lab.lab_sweep({}, {"rate": "40mbit", "delay": "5ms", "queue": "100kB", "time": "6s"}, ["fencepost&tcp:cubic"],
+    # 20 Mbit/s, not more: this machine's hypervisor takes its CPUs away now and then (up to
+    # 40 % steal) and the emulator then leaves frames tens of milliseconds late. At 40 Mbit/s
+    # such a run kept 80 % of the link (a CI run: 31.8 of 40); at 20 Mbit/s, with the
+    # emulator stopped for 30 ms of every 330, runs kept 91-96 %.
+    rate = 20e6
+    rows, _ = lab.lab_sweep({}, {"rate": "20mbit", "delay": "5ms", "queue": "100kB", "time": "6s"}, ["fencepost&tcp:cubic"],
                             trials=1, topology="dumbbell:2", progress=False)
     row = rows[0]
     assert row["status"] == "ok", row["error"]
@@ -247,7 +252,7 @@ def test_two_flows_share_a_dumbbell():
     # On failure, the emulator's own account too: whether it kept time (its lateness and
     # warning) and what its queue did, so a busy host shows apart from the flows' sharing.
     account = {k: row.get(k) for k in ("warning", "link_up_lateness_p99_us", "link_down_lateness_p99_us", "link_up_queue_delay_p95_ms", "link_drops")}
-    assert 0.8 * 40e6 < total <= 40e6 * 1.02, (total, [f["goodput_bps"] for f in flows], account)
+    assert 0.8 * rate < total <= rate * 1.02, (total, [f["goodput_bps"] for f in flows], account)
     assert row["flow2_goodput_bps"] == flows[1]["goodput_bps"] and 0 < row["jain_index"] <= 1
 
 
