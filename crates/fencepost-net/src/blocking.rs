@@ -102,9 +102,13 @@ impl Io {
                 }
                 let answer = ready(&self.shared, &mut st);
                 // A turn that would find the core as the last one left it, its timers not yet
-                // due, is skipped (a read that waits right after the write that sent).
+                // due, is skipped (a read that waits right after the write that sent), unless
+                // the socket's error queue holds something for it to read: a receive that
+                // took an ICMP error brings nothing new to the core itself.
                 let unchanged = match (self.settled.get(), &answer) {
-                    (Some(deadline), None) => deadline.is_none_or(|at| at > self.shared.now()),
+                    (Some(deadline), None) => {
+                        deadline.is_none_or(|at| at > self.shared.now()) && !self.shared.icmp_pending.load(std::sync::atomic::Ordering::Relaxed)
+                    }
                     _ => false,
                 };
                 if unchanged {
