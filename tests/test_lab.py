@@ -251,7 +251,8 @@ def test_two_flows_share_a_dumbbell():
     total = sum(f["goodput_bps"] for f in flows)
     # On failure, the emulator's own account too: whether it kept time (its lateness and
     # warning) and what its queue did, so a busy host shows apart from the flows' sharing.
-    account = {k: row.get(k) for k in ("warning", "link_up_lateness_p99_us", "link_down_lateness_p99_us", "link_up_queue_delay_p95_ms", "link_drops")}
+    account = {k: row.get(k) for k in ("warning", "host_cpu_stolen_share", "link_up_lateness_p99_us", "link_down_lateness_p99_us", "link_up_queue_delay_p95_ms", "link_drops")}
+    assert 0 <= row["host_cpu_stolen_share"] <= 1, account
     assert 0.8 * rate < total <= rate * 1.02, (total, [f["goodput_bps"] for f in flows], account)
     assert row["flow2_goodput_bps"] == flows[1]["goodput_bps"] and 0 < row["jain_index"] <= 1
 

@@ -189,3 +189,26 @@ def test_a_lab_run_whose_emulator_ran_late_says_so(capsys):
     _print_rows([row])
     lines = capsys.readouterr().out.splitlines()
     assert lines[2] == f"    warning: {warning}"
+    # On a virtual machine the hypervisor's share of the CPU time is named when it matters.
+    assert "the hypervisor took 31% of this machine's CPU time" in emulator_warning(late, 0.31)
+    assert "hypervisor" not in emulator_warning(late, 0.01) and "hypervisor" not in emulator_warning(late, None)
+    assert emulator_warning(on_time, 0.5) is None
+
+
+def test_the_hypervisors_share_of_the_cpu_time_is_read_from_proc_stat(tmp_path):
+    from fencepost.lab import cpu_times, stolen_share
+
+    stat = tmp_path / "stat"
+    # user nice system idle iowait irq softirq steal guest guest_nice
+    stat.write_text("cpu  100 0 50 800 10 0 10 30 5 0\ncpu0 50 0 25 400 5 0 5 15 0 0\n")
+    assert cpu_times(str(stat)) == (1000, 30)
+    stat.write_text("cpu  300 0 150 1000 10 0 10 330 5 0\n")
+    assert cpu_times(str(stat)) == (1800, 330)
+    assert stolen_share((1000, 30), (1800, 330)) == 300 / 800
+    # No time passed, or no reading: no share rather than a division by zero or a guess.
+    assert stolen_share((1000, 30), (1000, 30)) is None and stolen_share(None, (1800, 330)) is None
+    stat.write_text("intr 1 2 3\n")
+    assert cpu_times(str(stat)) is None and cpu_times(str(tmp_path / "missing")) is None
+    # This machine's own reading (Linux has one).
+    here = cpu_times()
+    assert here is not None and 0 <= here[1] <= here[0]

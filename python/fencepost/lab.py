@@ -627,6 +627,7 @@ def run_once(lab: Lab, transports: Sequence[FlowTransport], link_pairs: Sequence
     its start time, wait for every client, and return the run as a row (flow 1's figures at
     the top, every flow's in ``flows``, the emulator's account under ``link_up``/``link_down``)."""
     host_drops_before = lab.udp_receive_drops()
+    cpu_before = cpu_times()
     emulator = lab.impair_link(link_pairs, seed, log)
     servers, clients = [], []
     try:
@@ -698,7 +699,11 @@ def run_once(lab: Lab, transports: Sequence[FlowTransport], link_pairs: Sequence
                 row[f"link_{direction}_{k}"] = d[k]
         row["link_drops"] = sum(e[d]["stats"]["lost"] + e[d]["stats"]["queue_dropped"] for d in ("up", "down"))
         row["emulator"] = e
-        warning = emulator_warning(e)
+    stolen = stolen_share(cpu_before, cpu_times())
+    if stolen is not None:
+        row["host_cpu_stolen_share"] = round(stolen, 3)
+    if emulator is not None:
+        warning = emulator_warning(row["emulator"], stolen)
         if warning:
             row["warning"] = warning
     row["host_udp_receive_drops"] = lab.udp_receive_drops() - host_drops_before
@@ -712,13 +717,43 @@ def run_once(lab: Lab, transports: Sequence[FlowTransport], link_pairs: Sequence
 EMULATOR_LATE_US = 1000
 
 
-def emulator_warning(report: Mapping[str, Any]) -> Optional[str]:
-    """What a run's row should say about its emulator's account: that it ran late, or nothing."""
+# A share of the CPU time taken by the hypervisor worth naming beside a late emulator.
+STOLEN_NOTABLE = 0.05
+
+
+def emulator_warning(report: Mapping[str, Any], stolen: Optional[float] = None) -> Optional[str]:
+    """What a run's row should say about its emulator's account: that it ran late (and, on a
+    virtual machine, how much CPU time the hypervisor took meanwhile), or nothing."""
     late_us = max(report[d].get("lateness_p99_us") or 0 for d in ("up", "down"))
     if late_us <= EMULATOR_LATE_US:
         return None
-    return (f"the emulator left frames {late_us / 1000:.1f} ms late (99th percentile): the host was too busy "
-            "to run the link on time, so these figures are not the emulated link's")
+    warning = (f"the emulator left frames {late_us / 1000:.1f} ms late (99th percentile): the host was too busy "
+               "to run the link on time, so these figures are not the emulated link's")
+    if stolen is not None and stolen >= STOLEN_NOTABLE:
+        warning += f" (the hypervisor took {stolen:.0%} of this machine's CPU time during the run)"
+    return warning
+
+
+def cpu_times(stat: str = "/proc/stat") -> Optional[tuple[int, int]]:
+    """This machine's CPU time so far, all CPUs, in clock ticks: (all of it, the part its
+    hypervisor ran something else in, "steal"); None where /proc/stat says no such thing."""
+    try:
+        with open(stat) as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    # cpu user nice system idle iowait irq softirq steal (guest time is inside user).
+    if len(fields) < 9 or fields[0] != "cpu":
+        return None
+    ticks = [int(v) for v in fields[1:9]]
+    return sum(ticks), ticks[7]
+
+
+def stolen_share(before: Optional[tuple[int, int]], after: Optional[tuple[int, int]]) -> Optional[float]:
+    """The share of the CPU time between two `cpu_times` readings that the hypervisor took."""
+    if before is None or after is None or after[0] <= before[0]:
+        return None
+    return (after[1] - before[1]) / (after[0] - before[0])
 
 
 # ---- sweeps of lab runs ----
