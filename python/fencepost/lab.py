@@ -686,6 +686,9 @@ def run_once(lab: Lab, transports: Sequence[FlowTransport], link_pairs: Sequence
         for f in flows:
             for name in ("goodput_bps", "rtt_mean_ms", "retransmissions"):
                 row[f"flow{f['flow']}_{name}"] = f.get(name)
+    stolen = stolen_share(cpu_before, cpu_times())
+    if stolen is not None:
+        row["host_cpu_stolen_share"] = round(stolen, 3)
     if emulator is not None:
         reports = emulator.json_lines()
         if not reports:
@@ -699,11 +702,7 @@ def run_once(lab: Lab, transports: Sequence[FlowTransport], link_pairs: Sequence
                 row[f"link_{direction}_{k}"] = d[k]
         row["link_drops"] = sum(e[d]["stats"]["lost"] + e[d]["stats"]["queue_dropped"] for d in ("up", "down"))
         row["emulator"] = e
-    stolen = stolen_share(cpu_before, cpu_times())
-    if stolen is not None:
-        row["host_cpu_stolen_share"] = round(stolen, 3)
-    if emulator is not None:
-        warning = emulator_warning(row["emulator"], stolen)
+        warning = emulator_warning(e, stolen)
         if warning:
             row["warning"] = warning
     row["host_udp_receive_drops"] = lab.udp_receive_drops() - host_drops_before
