@@ -20,6 +20,8 @@ use tokio::net::UdpSocket;
 /// both runs measure the protocol, not how fast the relay can copy.
 const BOTTLENECK_BPS: f64 = 50e6;
 const BYTES: usize = 16_000_000;
+/// The most of the link's time a late wake-up of the relay's pacer is made up for.
+const CATCH_UP: Duration = Duration::from_millis(5);
 
 #[derive(Default)]
 struct Forged {
@@ -102,10 +104,27 @@ async fn relay(socket: Arc<UdpSocket>, server: SocketAddr, attack: bool, forged:
     let delivered = delivered_to_server.clone();
     let pacer = tokio::spawn(async move {
         let mut free_at = tokio::time::Instant::now();
-        while let Some(packet) = rx.recv().await {
-            // The link is busy until the packet before this one is serialized.
+        loop {
+            // A packet that was already queued leaves once the one before it is serialized,
+            // however late this task's timer woke: the link would have sent it then, and
+            // what a late wake-up held back goes out at once (at most CATCH_UP of it).
+            // Losing that time instead made the rate the timer's punctuality: 26 Mbit/s of
+            // the 50 (4.9 s for the 16 MB), and in a CI run in one of this host's slow spells
+            // 5.3-8.4 s, the attacked transfer at 78-82 % of the undisturbed one's rate. Now
+            // both take 2.57-2.60 s, and 3.5 s with the process stopped 30 ms of every 100
+            // (7 s before).
+            let packet = match rx.try_recv() {
+                Ok(packet) => packet,
+                Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => break,
+                Err(tokio::sync::mpsc::error::TryRecvError::Empty) => {
+                    let Some(packet) = rx.recv().await else { break };
+                    // It found the link idle: it starts now.
+                    free_at = free_at.max(tokio::time::Instant::now());
+                    packet
+                }
+            };
             let now = tokio::time::Instant::now();
-            free_at = free_at.max(now) + Duration::from_secs_f64((packet.len() * 8) as f64 / BOTTLENECK_BPS);
+            free_at = free_at.max(now.checked_sub(CATCH_UP).unwrap_or(now)) + Duration::from_secs_f64((packet.len() * 8) as f64 / BOTTLENECK_BPS);
             // Timers tick in milliseconds: wait only once a millisecond's worth is queued ahead.
             if free_at > now + Duration::from_millis(1) {
                 tokio::time::sleep_until(free_at).await;
@@ -304,7 +323,11 @@ async fn attacked_against_calm() -> f64 {
     assert!(calm.intact);
     let attacked = transfer(true).await;
     assert!(attacked.intact, "the stream arrives byte-exact under attack");
-    assert!(attacked.forged_to_server > 500 && attacked.forged_to_client > 500, "{} / {}", attacked.forged_to_server, attacked.forged_to_client);
+    // Forgeries to the client are made from the server's packets, its acks, which come
+    // fewer per byte when the receiver's thread is held up and reads in larger batches: 900
+    // a run here, 570-620 with the process stopped 30 ms of every 100 or eight busy loops
+    // beside it.
+    assert!(attacked.forged_to_server > 500 && attacked.forged_to_client > 300, "{} / {}", attacked.forged_to_server, attacked.forged_to_client);
     // Every forgery is dropped and counted by the endpoint or the connection it named,
     // but those the kernel itself dropped when a socket's buffer overflowed under the
     // burst (counted by the kernel, on a loaded machine a few percent).
