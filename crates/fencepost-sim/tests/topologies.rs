@@ -135,3 +135,21 @@ fn flows_may_fail_alone_and_the_run_says_which() {
     assert!(!report.integrity_ok);
     assert!(report.error.as_deref().unwrap().starts_with("flow 2: "), "{:?}", report.error);
 }
+
+#[test]
+fn with_several_flows_the_summary_counts_every_flow_and_says_whose_the_top_figures_are() {
+    // The first flow's 100 kB arrive; the second's 10 MB cannot in the two seconds allowed.
+    let report = run(scenario(&[("flows", "2"), ("bytes", "100kB"), ("bytes", "10MB"), ("rate", "10mbit"), ("delay", "10ms"), ("timeout", "2s")]));
+    assert!(report.flows[0].integrity_ok && !report.flows[1].integrity_ok, "{:?}", report.flows.iter().map(|f| &f.status).collect::<Vec<_>>());
+    assert!(!report.integrity_ok, "the run's verdict covers the second flow");
+    let text = report.to_text();
+    let result = text.lines().find(|l| l.starts_with("result: ")).unwrap();
+    let counted = result.split_once("INCOMPLETE: 1 of 2 flows delivered every byte (").and_then(|(_, rest)| rest.split_once(" of 10,100,000 B)")).map(|(n, _)| n.replace(',', ""));
+    let delivered = report.flows[0].bytes_delivered + report.flows[1].bytes_delivered;
+    assert_eq!(counted, Some(delivered.to_string()), "{result}");
+    assert!(text.contains("\nflow 1 (every flow's own figures are under flows):\n  time to completion "), "{text}");
+    assert!(text.contains("\nlink drops "), "{text}");
+    // One flow: the summary as it always was.
+    let one = run(scenario(&[("bytes", "100kB"), ("rate", "10mbit")])).to_text();
+    assert!(!one.contains("flow 1 (") && one.contains("\ntime to completion ") && one.contains("; link drops 0\n"), "{one}");
+}

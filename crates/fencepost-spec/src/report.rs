@@ -360,8 +360,21 @@ impl RunReport {
                 self.seed
             );
         }
+        // With several flows the figures at the top are the first flow's (as in the JSON),
+        // but the verdict is the run's: it counts every flow, and the first flow's lines
+        // say whose they are. Reading "INCOMPLETE: 5,000,000 of 5,000,000 B" for a run
+        // whose first flow was whole and four others stalled, or the first flow's time to
+        // completion as the run's, misled.
+        let many = self.flows.len() > 1;
+        let whole = self.flows.iter().filter(|f| f.integrity_ok).count();
+        let delivered: u64 = self.flows.iter().map(|f| f.bytes_delivered).sum();
+        let expected: u64 = self.flows.iter().map(|f| f.bytes_expected).sum();
         let verdict = if r.integrity_ok {
             "integrity OK (every byte as sent)".to_string()
+        } else if many && self.flows.iter().any(|f| f.bytes_expected == 0) {
+            format!("INCOMPLETE: {whole} of {} flows delivered every byte ({} B delivered)", self.flows.len(), thousands(delivered))
+        } else if many {
+            format!("INCOMPLETE: {whole} of {} flows delivered every byte ({} of {} B)", self.flows.len(), thousands(delivered), thousands(expected))
         } else if r.bytes_expected == 0 {
             // A timed flow: how much it was to send is known only once it closes.
             format!("INCOMPLETE: {} B delivered", thousands(r.bytes_delivered))
@@ -371,10 +384,14 @@ impl RunReport {
         let closing = if r.close_ok { "closed gracefully" } else { "did not close gracefully" };
         let error = r.error.as_deref().map(|e| format!(" ({e})")).unwrap_or_default();
         let _ = writeln!(out, "result: {} — {verdict}, {closing}{error}", r.status);
-        let _ = writeln!(out, "time to completion {:.3} s (virtual), goodput {}", r.duration_s, rate(r.goodput_bps));
+        let lead = if many { "  " } else { "" };
+        if many {
+            let _ = writeln!(out, "flow 1 (every flow's own figures are under flows):");
+        }
+        let _ = writeln!(out, "{lead}time to completion {:.3} s (virtual), goodput {}", r.duration_s, rate(r.goodput_bps));
         let _ = writeln!(
             out,
-            "packets sent {}: data {} (retransmissions {}){}, acks {}, handshake {}; peer sent {}",
+            "{lead}packets sent {}: data {} (retransmissions {}){}, acks {}, handshake {}; peer sent {}",
             thousands(r.packets_sent),
             thousands(r.data_packets_sent),
             thousands(r.retransmissions),
@@ -384,20 +401,25 @@ impl RunReport {
             thousands(r.peer_packets_sent)
         );
         if let (Some(p50), Some(p95), Some(p99)) = (r.message_latency_p50_ms, r.message_latency_p95_ms, r.message_latency_p99_ms) {
-            let _ = writeln!(out, "messages delivered {}, latency p50 {p50:.2} ms, p95 {p95:.2} ms, p99 {p99:.2} ms", thousands(r.messages_delivered));
+            let _ = writeln!(out, "{lead}messages delivered {}, latency p50 {p50:.2} ms, p95 {p95:.2} ms, p99 {p99:.2} ms", thousands(r.messages_delivered));
         }
         if let (Some(mean), Some(p95)) = (r.rtt_mean_ms, r.rtt_p95_ms) {
-            let _ = writeln!(out, "RTT mean {mean:.2} ms, p95 {p95:.2} ms ({} samples)", thousands(r.rtt_samples as u64));
+            let _ = writeln!(out, "{lead}RTT mean {mean:.2} ms, p95 {p95:.2} ms ({} samples)", thousands(r.rtt_samples as u64));
         }
-        let _ = writeln!(
-            out,
-            "acks received {} (duplicate {}), congestion events {}, timeouts {}; link drops {}",
+        let acks = format!(
+            "acks received {} (duplicate {}), congestion events {}, timeouts {}",
             thousands(r.acks_received),
             thousands(r.duplicate_acks_received),
             thousands(r.congestion_events),
-            thousands(r.retransmission_timeouts),
-            thousands(self.link_drops)
+            thousands(r.retransmission_timeouts)
         );
+        // Link drops are every link's, so not under the first flow.
+        if many {
+            let _ = writeln!(out, "{lead}{acks}");
+            let _ = writeln!(out, "link drops {} (every link); the run ended at {:.3} s (virtual)", thousands(self.link_drops), self.end_s);
+        } else {
+            let _ = writeln!(out, "{acks}; link drops {}", thousands(self.link_drops));
+        }
         if self.flows.len() > 1 {
             let _ = writeln!(out, "flows:");
             for f in &self.flows {
