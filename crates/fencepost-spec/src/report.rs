@@ -420,7 +420,7 @@ impl RunReport {
         } else {
             let _ = writeln!(out, "{acks}; link drops {}", thousands(self.link_drops));
         }
-        if self.flows.len() > 1 {
+        if many {
             let _ = writeln!(out, "flows:");
             for f in &self.flows {
                 let _ = writeln!(
