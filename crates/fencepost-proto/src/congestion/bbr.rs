@@ -208,6 +208,18 @@ const ACK_BURST_SPREAD: f64 = 8.0;
 /// one is an outage (the ATT LTE traces stop for 133 ms to 2.2 s), where a window kept
 /// for it only lengthens the queue once the link comes back (mean RTT 758 -> 1856 ms).
 const ACK_GAP_MOST: f64 = 0.1;
+/// `tolerant`: the most room for held acks, in bandwidth-delay products: eight keeps every
+/// hold measured whole (60 ms on a 10 ms path is six), and bounds what a path only just
+/// longer than [`ACK_GAP_PATH_LEAST`] may be given for a host's pause.
+const ACK_GAP_PRODUCTS: u64 = 8;
+/// `tolerant`: the shortest path, by its minimum RTT, whose holds count. Below it a hold is
+/// a host setting a process aside for a few milliseconds (a relay, a receiver), tens of
+/// round trips there: with room for such holds a loopback sender at 9 Gbit/s by its
+/// estimate put megabytes into a relay's queue (61 MB of room for a 53 ms pause; 5 MB with
+/// the cap above) just before the relay slowed to a packet every 250 ms, lost up to
+/// 19,180 packets to its overflow and took seconds to repair them (a test that had passed
+/// in every run failed in one of five beside two busy loops, and in CI).
+const ACK_GAP_PATH_LEAST: Duration = Duration::from_millis(1);
 /// `tolerant`: the least queue peak, as a share of the queueing target (beyond the jitter
 /// discount), that counts as a buffer's depth rather than noise.
 const QUEUE_PEAK_FLOOR: f64 = 0.05;
@@ -993,19 +1005,19 @@ impl Bbr {
     }
 
     /// `tolerant`: room in the window for what the path delivers while it holds the acks
-    /// (see [`Bbr::note_ack_gap`]): the estimate times the longest recent hold.
+    /// (see [`Bbr::note_ack_gap`]): the estimate times the longest recent hold, at most
+    /// [`ACK_GAP_PRODUCTS`] bandwidth-delay products.
     fn ack_gap_allowance(&self) -> u64 {
-        (self.bw * self.ack_gap_peak) as u64
+        ((self.bw * self.ack_gap_peak) as u64).min(ACK_GAP_PRODUCTS * self.inflight(1.0))
     }
 
     /// `tolerant`, at each ack that acknowledged something: whether the acks had stopped
     /// for longer than a round trip (see [`ACK_GAP_LEAST`]) with data in flight, in
     /// ProbeBW, and then came back several at once ([`ACK_BURST`]): the return path held
-    /// them. The window holds the
-    /// model's product and a small allowance, so a sender whose acks stop for longer than
-    /// a round trip runs out of window and waits while the path, which kept delivering,
-    /// goes idle; with the longest such hold's worth of the estimate added to the window
-    /// (`ack_gap_allowance`) it keeps sending through the next. Linux's BBR adds the most
+    /// them. The window holds the model's product and a small allowance, so a sender whose
+    /// acks stop for longer than a round trip runs out of window and waits while the path,
+    /// which kept delivering, goes idle; with the longest such hold's worth of the estimate
+    /// added to the window (`ack_gap_allowance`) it keeps sending through the next. Linux's BBR adds the most
     /// the acks ran ahead of the estimate instead; counted that way the allowance grew
     /// with every flow's own send bursts at a shared bottleneck and flows lost their
     /// fairness (`docs/congestion.md`), where a hold longer than the round trip comes
@@ -1028,11 +1040,12 @@ impl Bbr {
             // The smoothed RTT, or two minimum ones where that is less: behind a standing
             // queue (a loss-based flow's) a flow's acks come up to a queue's delay apart with
             // none held, but a gap of twice the path's own round trip followed by a burst
-            // is a hold there too (30 ms stops of every 330 on a 10 ms path, against CUBIC:
+            // is a hold there too (30 ms stops of every 330, 5 ms each way, against CUBIC:
             // 2.2 Mbit/s to its 16.8 with no hold counted, 3.4 to 15.7 counting gaps over
             // the smoothed RTT alone, 8.2 to 10.9 now).
             let round_trip = if rtt.has_sample() { rtt.get().max(min_rtt).min(min_rtt + min_rtt) } else { min_rtt };
-            if in_flight > 0 && self.mode == Mode::ProbeBw && gap > ACK_GAP_LEAST * round_trip.as_secs_f64() && gap <= ACK_GAP_MOST {
+            let counts = min_rtt >= ACK_GAP_PATH_LEAST && in_flight > 0 && self.mode == Mode::ProbeBw;
+            if counts && gap > ACK_GAP_LEAST * round_trip.as_secs_f64() && gap <= ACK_GAP_MOST {
                 self.ack_gap_candidate = Some((now, gap, 1));
             }
         }
