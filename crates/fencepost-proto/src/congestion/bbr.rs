@@ -148,7 +148,9 @@ const PATH_STEP_MIN: Duration = Duration::from_millis(5);
 /// 200 kbit/s with 50 ms each way and no queue limit kept 8.5 s of RTT on average (one
 /// flow 14 s, with 1.8 times the others' rate; Jain 0.93), 2.7 s with a quarter at a time
 /// (Jain 1.00), `bbr` 2.4 s. A path that lengthens by less than those rules find is taken
-/// in a quarter at a time, every ten seconds.
+/// in a quarter at a time, every ten seconds. A rise of up to [`PATH_STEP_MIN`] is taken
+/// whole: on a path under a few milliseconds the host's scheduling moves round trips by
+/// more than a quarter, and those rules never fire there.
 const AGED_MIN_RTT_RISE: f64 = 1.25;
 const QUEUE_ALLOWANCE_MIN: u64 = 4;
 const QUEUE_ALLOWANCE_MAX: u64 = 16;
@@ -1523,10 +1525,10 @@ impl Controller for Bbr {
                 // `tolerant`: a minimum that merely aged gives way to the smallest RTT of the
                 // window, not to whatever this one sample carries (a longer path, which
                 // `lengthened` detects, is the exception: its new delay is every sample's),
-                // and rises by at most [`AGED_MIN_RTT_RISE`] at a time.
+                // and rises by at most [`AGED_MIN_RTT_RISE`] (or 5 ms) at a time.
                 // (The window holds this sample already.)
                 let fallback = if self.tolerant() && !lengthened { self.recent_rtt.iter().map(|&(_, m)| m).min() } else { None };
-                let fallback = fallback.map(|f| self.min_rtt.map_or(f, |m| f.min(m.mul_f64(AGED_MIN_RTT_RISE))));
+                let fallback = fallback.map(|f| self.min_rtt.map_or(f, |m| f.min(m.mul_f64(AGED_MIN_RTT_RISE).max(m + PATH_STEP_MIN))));
                 self.expired_min_rtt = self.min_rtt;
                 self.min_rtt = Some(fallback.unwrap_or(sample));
                 self.min_rtt_stamp = now;
