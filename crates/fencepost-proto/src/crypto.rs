@@ -604,9 +604,9 @@ fn ring_aes_key(key: &[u8; 32]) -> ring::aead::LessSafeKey {
 /// Which library's AES-256-GCM seals and opens packets (the bytes on the wire are the same).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AesImplementation {
-    /// AWS-LC's, whose AVX-512 code is the fastest where the CPU has AVX-512.
+    /// AWS-LC's, which has AVX-512 code: the faster where the CPU has AVX-512.
     AwsLc,
-    /// ring's, whose AVX2 and VAES code is the faster where the CPU has no AVX-512.
+    /// ring's: the faster on a CPU with VAES and no AVX-512 (the only kind measured).
     Ring,
 }
 

@@ -554,7 +554,7 @@ fn tolerant_keeps_sending_through_a_return_path_that_holds_its_acks() {
 /// flow's floor four). Their floors keep a queue no flow's ProbeRTT drains, and each aged
 /// minimum RTT took that queue in, so windows grew with the queue they made: 8.5 s of RTT
 /// on average, one flow 14 s with 1.8 times the others' rate (Jain 0.93). An aged minimum
-/// now rises a quarter at a time (`AGED_MIN_RTT_RISE`): 2.7 s, Jain 1.00 (`bbr` 2.4 s).
+/// now rises a quarter (or 5 ms) at a time (`AGED_MIN_RTT_RISE`): 2.7 s, Jain 1.00 (`bbr` 2.4 s).
 #[test]
 fn tolerant_flows_on_a_slow_link_do_not_let_their_minimum_rtt_follow_the_queue_up() {
     for loss in ["0", "0.1"] {
