@@ -581,10 +581,15 @@ impl ReplayWindow {
     }
 }
 
-fn nonce(pn: u64) -> Nonce {
+/// A packet's nonce: four zero bytes, then its packet number (both libraries take 12 bytes).
+fn nonce_bytes(pn: u64) -> [u8; aead::NONCE_LEN] {
     let mut n = [0u8; aead::NONCE_LEN];
     n[4..].copy_from_slice(&pn.to_be_bytes());
-    Nonce::assume_unique_for_key(n)
+    n
+}
+
+fn nonce(pn: u64) -> Nonce {
+    Nonce::assume_unique_for_key(nonce_bytes(pn))
 }
 
 fn aead_key(cipher: Cipher, key: &[u8; 32]) -> LessSafeKey {
@@ -592,9 +597,7 @@ fn aead_key(cipher: Cipher, key: &[u8; 32]) -> LessSafeKey {
 }
 
 fn ring_nonce(pn: u64) -> ring::aead::Nonce {
-    let mut n = [0u8; ring::aead::NONCE_LEN];
-    n[4..].copy_from_slice(&pn.to_be_bytes());
-    ring::aead::Nonce::assume_unique_for_key(n)
+    ring::aead::Nonce::assume_unique_for_key(nonce_bytes(pn))
 }
 
 fn ring_aes_key(key: &[u8; 32]) -> ring::aead::LessSafeKey {
