@@ -580,7 +580,11 @@ impl FlushCut {
 /// fires, since nothing sent after it was acknowledged: a flush cut at the grace gave up
 /// on a path that had recovered before the sender had tried again (a relay fading to one
 /// packet in 250 ms for 3.5 s, then clear: smoothed RTT 662 ms, 2.1 MB waiting, cut one
-/// time in eight). A peer gone for good is still found out within a grace and one
+/// time in eight). An idle keepalive is not such a try: it is sent on a clock of its own
+/// (5 s after the last packet that asked for an ack), and its answer says only that the
+/// peer lives. Counted as one, it cut the same flush 2 s after the fade ended while the
+/// retransmission timeout, sized by the fade (3.7 s), had not yet fired, one time in six
+/// or seven. A peer gone for good is still found out within a grace and one
 /// backed-off timeout, and the ceiling bounds the flush whatever the timer does. The
 /// receiving side (reverse) does not see the source's timer, and keeps the grace alone.
 async fn flush_bounded<T>(
@@ -860,7 +864,7 @@ async fn forward(conn: &Connection, options: &SendOptions, mut report: impl FnMu
     let receipt = match options.amount {
         Amount::Time(limit) => flush_bounded(&mut reading, tokio::time::Instant::now(), limit, || conn.stats().packets_acknowledged, Some(&|| {
             let stats = conn.stats();
-            stats.retransmission_timeouts + stats.keepalives_sent
+            stats.retransmission_timeouts + stats.window_probes
         }))
             .await
             .unwrap_or_else(|cut| Err(cut.reason("our", written.seconds))),

@@ -141,6 +141,10 @@ pub struct Disassembler {
     retransmit_queue: VecDeque<u64>,
     bytes_in_flight: u64,
     largest_acked_tx: Option<u64>,
+    /// When the latest packet the peer is known to hold was sent, of any kind: its
+    /// timestamp came back in an ack. A keepalive the peer answered moves it past data
+    /// still in flight that no later data transmission has been acknowledged after.
+    latest_delivered_sent: Option<Instant>,
     /// Highest sequence number the peer acknowledged through the fence bitmap.
     largest_acked_seq: Option<u64>,
     /// Unacknowledged sequence numbers below `largest_acked_seq`, ascending: the
@@ -173,6 +177,7 @@ impl Disassembler {
             retransmit_queue: VecDeque::new(),
             bytes_in_flight: 0,
             largest_acked_tx: None,
+            latest_delivered_sent: None,
             largest_acked_seq: None,
             holes: Vec::new(),
             newly_lost: Vec::new(),
@@ -560,23 +565,40 @@ impl Disassembler {
             .is_some_and(|s| s.state == SegmentState::InFlight && s.last_tx == tx)
     }
 
+    /// The peer echoed the timestamp of a packet we sent at `sent`: it holds that packet,
+    /// whatever its kind.
+    pub fn note_delivered(&mut self, sent: Instant) {
+        self.latest_delivered_sent = Some(self.latest_delivered_sent.map_or(sent, |d| d.max(sent)));
+    }
+
     /// RFC 9002 (6.1) applied to transmissions: a transmission is lost when one
     /// sent `reorder_threshold` transmissions later was acknowledged, or when it
-    /// is older than `loss_delay` and something sent after it was acknowledged.
+    /// is older than `loss_delay` and something sent after it reached the peer: a data
+    /// transmission acknowledged, or any packet whose timestamp the peer echoed (RFC 8985
+    /// judges by send time in the same way). The latter matters at a tail: when every
+    /// data packet after the oldest in flight was lost, only the answer to a keepalive
+    /// shows them lost before the retransmission timeout, which a path that queued for
+    /// seconds and then drained leaves seconds long (a relay fading to one packet in
+    /// 250 ms for 3.5 s: smoothed RTT 469 ms, RTT variation 807 ms, a 3.7 s timeout).
     pub fn detect_losses(&mut self, now: Instant, reorder_threshold: u64, loss_delay: Duration) -> Losses {
         let mut losses = Losses::default();
-        let Some(largest) = self.largest_acked_tx else { return losses };
+        let (largest, delivered) = (self.largest_acked_tx, self.latest_delivered_sent);
+        if largest.is_none() && delivered.is_none() {
+            return losses;
+        }
         while let Some(&(tx, seq)) = self.tx_order.front() {
             if !self.is_current(tx, seq) {
                 self.tx_order.pop_front();
                 continue;
             }
-            if tx >= largest {
-                break;
-            }
             let index = (seq - self.seg_base) as usize;
             let sent = self.segments[index].last_sent;
-            let overtaken = largest - tx >= reorder_threshold;
+            // In sending order, so the first transmission not followed ends the search.
+            let followed = largest.is_some_and(|l| tx < l) || delivered.is_some_and(|d| sent < d);
+            if !followed {
+                break;
+            }
+            let overtaken = largest.is_some_and(|l| tx < l && l - tx >= reorder_threshold);
             if overtaken || now >= sent + loss_delay {
                 self.tx_order.pop_front();
                 let bytes = self.declare_lost(index);

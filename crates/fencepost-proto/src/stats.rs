@@ -11,6 +11,12 @@ pub struct ConnectionStats {
     pub retransmissions: u64,
     pub acks_sent: u64,
     pub keepalives_sent: u64,
+    /// Those of the keepalives that probed the peer's closed window (the retransmission
+    /// timer's, or a tick's), not the idle ones.
+    pub window_probes: u64,
+    /// Those sent while packets were in flight: tail probes, whose answer shows what was
+    /// sent before them and is still unacknowledged lost.
+    pub tail_probes: u64,
     pub handshakes_sent: u64,
     pub resets_sent: u64,
     /// Repair packets (copies, FEC) sent by the redundancy stage.

@@ -725,8 +725,9 @@ fn an_ack_frequency_request_sets_how_long_the_receiver_holds_an_ack() {
     // (max_delay asked in µs, when the ack for a lone packet reaches the client, after it was sent)
     for (max_delay_us, held) in [(0u32, Duration::from_millis(5)), (40_000, Duration::from_millis(40)), (2_000_000, Duration::from_millis(250))] {
         // The client here did not ask (the request is injected), so its retransmission
-        // timer does not allow for the hold: a long one keeps it from resending first.
-        let client = TransportConfig { min_rto: Duration::from_secs(1), ..fast_config() };
+        // timer does not allow for the hold: a long one keeps it from resending first, and
+        // without keepalives no tail probe asks for the ack sooner.
+        let client = TransportConfig { min_rto: Duration::from_secs(1), keepalive_interval: None, ..fast_config() };
         let mut p = Pair::new(client, fast_config());
         p.client.write(b"x").unwrap();
         p.run_until(at(100));
