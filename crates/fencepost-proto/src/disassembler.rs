@@ -780,6 +780,27 @@ mod tests {
         assert_eq!(d.pop_retransmission(), Some(3));
     }
 
+    /// Nothing acknowledged, but the peer echoed a packet of another kind (a keepalive) sent
+    /// after the flight: the flight is judged by the time threshold alone.
+    #[test]
+    fn an_echoed_later_packet_shows_the_flight_before_it_lost_by_time() {
+        let mut d = Disassembler::new(1 << 16, false, true);
+        d.write(&[0; 300]);
+        send_all(&mut d, Instant::from_millis(1), 100); // seqs 0..=2, sent at 1 ms
+        let delay = Duration::from_millis(20);
+        assert_eq!(d.detect_losses(Instant::from_millis(100), 3, delay).packets, 0, "nothing sent later reached the peer");
+        // A keepalive sent at 1 ms, with the flight, shows nothing: only what left after it counts.
+        d.note_delivered(Instant::from_millis(1));
+        assert_eq!(d.detect_losses(Instant::from_millis(100), 3, delay).packets, 0);
+        d.note_delivered(Instant::from_millis(15));
+        let early = d.detect_losses(Instant::from_millis(10), 3, delay);
+        assert_eq!((early.packets, early.next_check), (0, Some(Instant::from_millis(21))), "too soon for the time threshold");
+        let losses = d.detect_losses(Instant::from_millis(21), 3, delay);
+        assert_eq!(losses.packets, 3);
+        let order: Vec<u64> = std::iter::from_fn(|| d.pop_retransmission()).collect();
+        assert_eq!(order, vec![0, 1, 2]);
+    }
+
     #[test]
     fn timeout_requeues_everything_in_flight_in_order() {
         let mut d = Disassembler::new(1 << 16, false, true);

@@ -717,6 +717,33 @@ fn far_acks_carry_the_fence_past_one_bitmap_and_only_the_hole_is_resent() {
     assert_eq!(run(8192), (1, 1, 0));
 }
 
+/// The end of a flight lost, with the retransmission timeout far off (its floor here 1 s):
+/// no packet sent after the lost ones can be acknowledged to show them lost. Two round trips
+/// after the last ack a keepalive goes out as a tail probe, and the ack echoing it shows the
+/// tail lost: it is resent long before the timeout. Without keepalives, the timeout finds it.
+#[test]
+fn a_lost_tail_is_found_by_a_tail_probe_before_the_timeout() {
+    let run = |keepalives: bool| {
+        let keepalive_interval = if keepalives { Some(Duration::from_secs(5)) } else { None };
+        let client = TransportConfig { min_rto: Duration::from_secs(1), keepalive_interval, ..fast_config() };
+        let mut p = Pair::new(client, fast_config());
+        p.run_until(at(20));
+        // The first transmissions of packets 10-19, the last half of the flight, are lost.
+        let mut dropped = std::collections::HashSet::new();
+        p.drop = Box::new(move |to_server, ty, seq, _| to_server && ty == PacketType::Data && seq.is_some_and(|s| s >= 10 && dropped.insert(s)));
+        p.client.write(&[7u8; 2_000]).unwrap(); // 20 packets of 100 bytes
+        p.run_until(at(200));
+        let delivered = Pair::read_all(p.server()).0.len();
+        let stats = p.client.stats();
+        (delivered, stats.tail_probes, stats.retransmission_timeouts, stats.retransmissions)
+    };
+    let (delivered, tail_probes, timeouts, retransmissions) = run(true);
+    assert_eq!((delivered, timeouts, retransmissions), (2_000, 0, 10), "tail probes {tail_probes}");
+    assert_eq!(tail_probes, 1);
+    let (delivered, tail_probes, timeouts, _) = run(false);
+    assert_eq!((delivered, tail_probes, timeouts), (1_000, 0, 0), "only the timeout finds the tail, at 1 s");
+}
+
 /// A data sender's Ack frequency request may ask the receiver to hold an ack longer than
 /// its own 5 ms (to gather the packets it asks an ack per), at most 250 ms; holes are
 /// still acked at once.
