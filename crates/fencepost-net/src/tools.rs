@@ -576,17 +576,18 @@ impl FlushCut {
 /// timeouts and window probes): there a flush is stalled only once one has also been made
 /// since the last progress, unanswered. A path whose queue held packets for seconds leaves
 /// a retransmission timeout (RTT and its variation, measured through that queue) longer
-/// than the grace, and what the queue dropped as it faded is found lost only when it
-/// fires, since nothing sent after it was acknowledged: a flush cut at the grace gave up
-/// on a path that had recovered before the sender had tried again (a relay fading to one
+/// than the grace, and what the queue dropped as it faded is found lost only by the sender's
+/// own timers, since nothing sent after it was acknowledged: a flush cut at the grace gave
+/// up on a path that had recovered before the sender had tried again (a relay fading to one
 /// packet in 250 ms for 3.5 s, then clear: smoothed RTT 662 ms, 2.1 MB waiting, cut one
 /// time in eight). An idle keepalive is not such a try: it is sent on a clock of its own
 /// (5 s after the last packet that asked for an ack), and its answer says only that the
 /// peer lives. Counted as one, it cut the same flush 2 s after the fade ended while the
-/// retransmission timeout, sized by the fade (3.7 s), had not yet fired, one time in six
-/// or seven. A peer gone for good is still found out within a grace and one
-/// backed-off timeout, and the ceiling bounds the flush whatever the timer does. The
-/// receiving side (reverse) does not see the source's timer, and keeps the grace alone.
+/// retransmission timeout, sized by the fade (3.7 s), had not yet fired (2 runs in 24; the
+/// connection's tail probe now finds such losses sooner). A peer gone for good is still
+/// found out within a grace and one backed-off timeout, and the ceiling bounds the flush
+/// whatever the timer does. The receiving side (reverse) does not see the source's timer,
+/// and keeps the grace alone.
 async fn flush_bounded<T>(
     work: impl std::future::Future<Output = T>,
     writing_ends: tokio::time::Instant,
