@@ -767,6 +767,7 @@ impl Simulation {
                 redundant_packets_sent: c.redundant_packets_sent,
                 acks_sent: c.acks_sent,
                 keepalives_sent: c.keepalives_sent,
+                tail_probes: c.tail_probes,
                 handshake_packets_sent: c.handshakes_sent,
                 acks_received: c.acks_received,
                 duplicate_acks_received: c.duplicate_acks_received,
