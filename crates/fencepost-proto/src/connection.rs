@@ -3053,10 +3053,8 @@ impl Connection {
                     if self.rto_backoff == 0 && !self.tail_probed && self.config.arq == Arq::Fence && self.config.keepalive_interval.is_some() {
                         // At least 10 ms, as Linux's: a probe per scheduling hiccup is waste.
                         let held = self.config.max_ack_delay.max(self.ack_hold_allowed);
-                        let probe_at = since + (self.rtt.get().saturating_mul(2) + held).max(TAIL_PROBE_FLOOR);
-                        if probe_at < since + backed_off {
-                            tail_probe = Some(probe_at);
-                        }
+                        let wait = (self.rtt.get().saturating_mul(2) + held).max(TAIL_PROBE_FLOOR);
+                        tail_probe = (wait < backed_off).then(|| since + wait);
                     }
                     Some(since + backed_off)
                 } else if self.disassembler.has_new() && !self.flow_control_allows_new() {
@@ -3072,10 +3070,7 @@ impl Connection {
             (State::Established, Some(interval)) if continuous => Some(self.last_ack_eliciting_sent + interval),
             _ => None,
         };
-        let keepalive = match (keepalive, tail_probe) {
-            (Some(idle), Some(tail)) => Some(idle.min(tail)),
-            (idle, tail) => idle.or(tail),
-        };
+        let keepalive = keepalive.into_iter().chain(tail_probe).min();
         self.timers.put(Timer::Keepalive, keepalive);
         // Progress: valid packets keep restarting the idle timer, so only this ends a
         // connection whose peer answers but lets nothing through.
