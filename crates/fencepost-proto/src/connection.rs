@@ -1389,6 +1389,13 @@ impl Connection {
             }
             return;
         }
+        // Only the ack or the pacing timer due: neither moves what the others are set from, so
+        // they are not worked out again (at line rate the pacer's timer fires for nearly every
+        // packet, and the send that follows sets them anyway). Only the progress clock, which
+        // reads `now`, is kept.
+        let due = |timer| self.timers.get(timer).is_some_and(|at| at <= now);
+        let ack_or_pacing_only = (due(Timer::Ack) || due(Timer::Pacing))
+            && ![Timer::Tick, Timer::LossDetection, Timer::Retransmit, Timer::Keepalive, Timer::Trim].into_iter().any(due);
         if let Some(deadline) = self.timers.get(Timer::Tick) {
             if deadline <= now {
                 let SendPolicy::Tick { interval } = self.config.send_policy else { unreachable!("tick timer only runs in the tick policy") };
@@ -1418,7 +1425,11 @@ impl Connection {
             self.give_back_buffers(now);
         }
         self.report_losses_to_redundancy(now);
-        self.update_timers(now);
+        if ack_or_pacing_only {
+            self.update_progress(now);
+        } else {
+            self.update_timers(now);
+        }
     }
 
     // ---- commands ----
@@ -3072,24 +3083,7 @@ impl Connection {
         };
         let keepalive = keepalive.into_iter().chain(tail_probe).min();
         self.timers.put(Timer::Keepalive, keepalive);
-        // Progress: valid packets keep restarting the idle timer, so only this ends a
-        // connection whose peer answers but lets nothing through.
-        let position = (self.disassembler.lowest_unacked(), self.assembler.fence_base());
-        if position != self.progress_position {
-            self.progress_position = position;
-            self.last_progress = now;
-        }
-        // Sent and not yet acknowledged (in flight, or lost and waiting to be resent), or held behind a hole.
-        let outstanding = self.disassembler.lowest_unacked() < self.disassembler.next_seq() || self.assembler.has_holes();
-        match self.config.progress_timeout {
-            Some(limit) if outstanding && matches!(self.state, State::Established | State::Closed) => {
-                self.timers.set(Timer::Progress, self.last_progress + limit)
-            }
-            _ => {
-                self.last_progress = now;
-                self.timers.stop(Timer::Progress);
-            }
-        }
+        self.update_progress(now);
         if self.disassembler.bytes_in_flight() == 0 || self.config.arq != Arq::Fence {
             self.timers.stop(Timer::LossDetection);
         }
@@ -3106,6 +3100,27 @@ impl Connection {
             if last_packet > self.trimmed_after && (last_packet > self.trim_armed_after || self.retained_bytes() >= TRIM_FROM_BYTES) {
                 self.trim_armed_after = last_packet;
                 self.timers.set(Timer::Trim, last_packet + TRIM_AFTER);
+            }
+        }
+    }
+
+    /// Progress: valid packets keep restarting the idle timer, so only this ends a
+    /// connection whose peer answers but lets nothing through.
+    fn update_progress(&mut self, now: Instant) {
+        let position = (self.disassembler.lowest_unacked(), self.assembler.fence_base());
+        if position != self.progress_position {
+            self.progress_position = position;
+            self.last_progress = now;
+        }
+        // Sent and not yet acknowledged (in flight, or lost and waiting to be resent), or held behind a hole.
+        let outstanding = self.disassembler.lowest_unacked() < self.disassembler.next_seq() || self.assembler.has_holes();
+        match self.config.progress_timeout {
+            Some(limit) if outstanding && matches!(self.state, State::Established | State::Closed) => {
+                self.timers.set(Timer::Progress, self.last_progress + limit)
+            }
+            _ => {
+                self.last_progress = now;
+                self.timers.stop(Timer::Progress);
             }
         }
     }
