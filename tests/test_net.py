@@ -164,6 +164,8 @@ def test_serve_and_send_check_hashes_and_emit_iperf_json():
         fp = report["end"]["fencepost"]
         assert fp["rtt_mean_ms"] is not None and 0 < fp["rtt_mean_ms"] < 1000, fp["rtt_mean_ms"]
         assert fp["streams"][0]["rtt_mean_ms"] == fp["rtt_mean_ms"]
+        # Each stream's recovery counters, the tail probes among them.
+        assert all(isinstance(fp["streams"][0][k], int) for k in ("retransmission_timeouts", "tail_probes")), fp["streams"][0]
         human = subprocess.run([str(BIN / "fencepost"), "send", f"127.0.0.1:{port}", "--time", "1s", "--interval", "0.25s"],
                                capture_output=True, text=True, timeout=120)
         assert human.returncode == 0, human.stderr

@@ -512,6 +512,9 @@ pub struct SendSummary {
     /// Of those, first timeouts on a path that had lost nothing lately, probed with new data
     /// (nothing declared lost, nothing resent).
     pub timeouts_probed_with_new_data: u64,
+    /// Keepalives sent as tail probes: acks had stopped with packets in flight, and the
+    /// probe's ack shows what was lost before the retransmission timer fires.
+    pub tail_probes: u64,
     pub acks_received: u64,
     /// The smoothed RTT at the end.
     pub rtt_ms: f64,
@@ -784,6 +787,7 @@ pub async fn send_stream(
         redundant_packets_sent: stats.redundant_packets_sent,
         retransmission_timeouts: stats.retransmission_timeouts,
         timeouts_probed_with_new_data: stats.timeouts_probed_with_new_data,
+        tail_probes: stats.tail_probes,
         acks_received: stats.acks_received,
         rtt_ms: srtt.as_secs_f64() * 1e3,
         rtt_mean_ms: conn.rtt_mean().map(|d| d.as_secs_f64() * 1e3),
