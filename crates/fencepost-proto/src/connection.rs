@@ -445,6 +445,12 @@ pub struct Connection {
     last_timeout: Instant,
     /// A keepalive went out as a tail probe since the latest ack progress (see `update_timers`).
     tail_probed: bool,
+    /// When the tail probe is due, if one is (see `update_timers`): the keepalive timer is
+    /// the earlier of it and the idle keepalive.
+    tail_probe_at: Option<Instant>,
+    /// The data packet being sent carries new data into a flight already going (see
+    /// `poll_transmit`).
+    new_into_flight: bool,
     /// Probe packets a retransmission timeout may send past the congestion window (RFC 9002 6.2.4).
     probe_budget: u32,
     /// What this timeout's probes resent, in order: when the tail holds fewer packets than
@@ -691,6 +697,8 @@ impl Connection {
             last_ack_progress: now,
             last_timeout: now,
             tail_probed: false,
+            tail_probe_at: None,
+            new_into_flight: false,
             probe_budget: 0,
             probes_sent: Vec::new(),
             probe_copy_cursor: 0,
@@ -1645,12 +1653,21 @@ impl Connection {
             self.update_timers(now);
             return transmit;
         }
+        let state_before = self.state;
         let transmit = match self.config.send_policy {
             SendPolicy::Tick { .. } => self.poll_tick_data(now, buf),
             SendPolicy::Continuous => self.poll_continuous_data(now, buf),
         };
+        let into_flight = std::mem::take(&mut self.new_into_flight);
         if transmit.is_some() {
-            self.update_timers(now);
+            if into_flight && self.state == state_before {
+                // New data behind packets already in flight moves only the keepalive: the
+                // oldest packet in flight, the timeout, progress and what is outstanding stay
+                // (at line rate this is nearly every packet).
+                self.timers.put(Timer::Keepalive, self.keepalive_deadline());
+            } else {
+                self.update_timers(now);
+            }
         }
         transmit
     }
@@ -2912,6 +2929,7 @@ impl Connection {
                     // with data to send, nothing in flight and no timer but the keepalive's.
                     self.probe_budget = self.probe_budget.saturating_sub(1);
                 }
+                self.new_into_flight = !probing && self.disassembler.oldest_in_flight().is_some();
                 self.disassembler.new_segment(payload)?
             }
             None => {
@@ -3028,15 +3046,20 @@ impl Connection {
             _ => {}
         }
         let continuous = self.config.send_policy == SendPolicy::Continuous;
-        let rto = self.rtt.rto(self.config.max_ack_delay.max(self.ack_hold_allowed), self.config.min_rto, self.config.max_rto);
-        let doublings = self.rto_backoff.min(self.controller.max_timeout_doublings()).min(16);
-        // Backing off is bounded by the profile, and so that about thirty probes fit in one idle
-        // timeout: on a path that loses half the packets each way, a probe and its answer both
-        // get through one time in four, and fewer tries would let the idle timeout declare a
-        // live path dead.
-        let ceiling = self.config.max_rto.min(self.config.idle_timeout / 30).max(rto);
-        let backed_off = rto.saturating_mul(1 << doublings).min(ceiling);
-        let mut tail_probe = None;
+        let rto = || self.rtt.rto(self.config.max_ack_delay.max(self.ack_hold_allowed), self.config.min_rto, self.config.max_rto);
+        // Worked out only where a timer needs it: a receiver with nothing in flight (every
+        // packet it receives comes here) needs none.
+        let backed_off = || {
+            let rto = rto();
+            let doublings = self.rto_backoff.min(self.controller.max_timeout_doublings()).min(16);
+            // Backing off is bounded by the profile, and so that about thirty probes fit in one
+            // idle timeout: on a path that loses half the packets each way, a probe and its
+            // answer both get through one time in four, and fewer tries would let the idle
+            // timeout declare a live path dead.
+            let ceiling = self.config.max_rto.min(self.config.idle_timeout / 30).max(rto);
+            rto.saturating_mul(1 << doublings).min(ceiling)
+        };
+        self.tail_probe_at = None;
         let retransmit = match self.state {
             // Handshake packets are tiny and nothing works until one gets through: an attempt
             // that went unanswered is followed one RTO later by another in more copies (see
@@ -3046,13 +3069,14 @@ impl Connection {
             // 256-byte copies per RTO is little on any path; only the client repeats its
             // handshake on a timer: the server answers each Initial once, so it never sends
             // more than it receives to an address it has not heard twice from.
-            State::Handshake if continuous && self.side == Side::Client => Some(self.last_handshake_sent + self.handshake_wait(rto)),
+            State::Handshake if continuous && self.side == Side::Client => Some(self.last_handshake_sent + self.handshake_wait(rto())),
             State::Established | State::Closed if continuous => {
                 if let Some(oldest) = self.disassembler.oldest_in_flight() {
                     // Restarted by new acks and by its own expiry: without the latter, once the
                     // oldest packets are resent as probes the next-oldest is already overdue and
                     // the timer fires again at once, resending the whole flight two by two.
                     let since = oldest.max(self.last_ack_progress).max(self.last_timeout);
+                    let backed_off = backed_off();
                     // A tail probe (RFC 8985, section 7), as a keepalive: when acks stop for two
                     // round trips with packets in flight and the timeout is further off (its
                     // variation still carries a queue that is gone), one keepalive asks for an
@@ -3065,10 +3089,11 @@ impl Connection {
                         // At least 10 ms, as Linux's: a probe per scheduling hiccup is waste.
                         let held = self.config.max_ack_delay.max(self.ack_hold_allowed);
                         let wait = (self.rtt.get().saturating_mul(2) + held).max(TAIL_PROBE_FLOOR);
-                        tail_probe = (wait < backed_off).then(|| since + wait);
+                        self.tail_probe_at = (wait < backed_off).then(|| since + wait);
                     }
                     Some(since + backed_off)
                 } else if self.disassembler.has_new() && !self.flow_control_allows_new() {
+                    let backed_off = backed_off();
                     Some(self.last_ack_eliciting_sent.max(now - backed_off) + backed_off)
                 } else {
                     None
@@ -3077,12 +3102,7 @@ impl Connection {
             _ => None,
         };
         self.timers.put(Timer::Retransmit, retransmit);
-        let keepalive = match (self.state, self.config.keepalive_interval) {
-            (State::Established, Some(interval)) if continuous => Some(self.last_ack_eliciting_sent + interval),
-            _ => None,
-        };
-        let keepalive = keepalive.into_iter().chain(tail_probe).min();
-        self.timers.put(Timer::Keepalive, keepalive);
+        self.timers.put(Timer::Keepalive, self.keepalive_deadline());
         self.update_progress(now);
         if self.disassembler.bytes_in_flight() == 0 || self.config.arq != Arq::Fence {
             self.timers.stop(Timer::LossDetection);
@@ -3102,6 +3122,15 @@ impl Connection {
                 self.timers.set(Timer::Trim, last_packet + TRIM_AFTER);
             }
         }
+    }
+
+    /// The idle keepalive's deadline, or the tail probe's if that is earlier.
+    fn keepalive_deadline(&self) -> Option<Instant> {
+        let idle = match (self.state, self.config.keepalive_interval) {
+            (State::Established, Some(interval)) if self.config.send_policy == SendPolicy::Continuous => Some(self.last_ack_eliciting_sent + interval),
+            _ => None,
+        };
+        idle.into_iter().chain(self.tail_probe_at).min()
     }
 
     /// Progress: valid packets keep restarting the idle timer, so only this ends a
