@@ -451,6 +451,10 @@ pub struct Connection {
     /// The data packet being sent carries new data into a flight already going (see
     /// `poll_transmit`).
     new_into_flight: bool,
+    /// Something the timeout is worked out from moved with no `update_timers` since (the
+    /// hold allowed for the peer's acks, when an ack frequency request leaves): the next
+    /// send works out every timer.
+    timers_stale: bool,
     /// Probe packets a retransmission timeout may send past the congestion window (RFC 9002 6.2.4).
     probe_budget: u32,
     /// What this timeout's probes resent, in order: when the tail holds fewer packets than
@@ -699,6 +703,7 @@ impl Connection {
             tail_probed: false,
             tail_probe_at: None,
             new_into_flight: false,
+            timers_stale: false,
             probe_budget: 0,
             probes_sent: Vec::new(),
             probe_copy_cursor: 0,
@@ -1403,7 +1408,8 @@ impl Connection {
         // reads `now`, is kept.
         let due = |timer| self.timers.get(timer).is_some_and(|at| at <= now);
         let ack_or_pacing_only = (due(Timer::Ack) || due(Timer::Pacing))
-            && ![Timer::Tick, Timer::LossDetection, Timer::Retransmit, Timer::Keepalive, Timer::Trim].into_iter().any(due);
+            && ![Timer::Tick, Timer::LossDetection, Timer::Retransmit, Timer::Keepalive, Timer::Trim].into_iter().any(due)
+            && !self.timers_stale;
         if let Some(deadline) = self.timers.get(Timer::Tick) {
             if deadline <= now {
                 let SendPolicy::Tick { interval } = self.config.send_policy else { unreachable!("tick timer only runs in the tick policy") };
@@ -1618,6 +1624,7 @@ impl Connection {
         }
         if let Some((packets, hold)) = self.ack_frequency_due.take() {
             self.ack_hold_allowed = hold.max(self.ack_frequency_asked.1);
+            self.timers_stale = true;
             self.ack_frequency_asked = (packets, hold);
             let sequence = self.ack_frequency_next;
             self.ack_frequency_next = sequence.wrapping_add(1);
@@ -1660,7 +1667,7 @@ impl Connection {
         };
         let into_flight = std::mem::take(&mut self.new_into_flight);
         if transmit.is_some() {
-            if into_flight && self.state == state_before {
+            if into_flight && self.state == state_before && !self.timers_stale {
                 // New data behind packets already in flight moves only the keepalive: the
                 // oldest packet in flight, the timeout, progress and what is outstanding stay
                 // (at line rate this is nearly every packet).
@@ -3045,6 +3052,7 @@ impl Connection {
             }
             _ => {}
         }
+        self.timers_stale = false;
         let continuous = self.config.send_policy == SendPolicy::Continuous;
         let rto = || self.rtt.rto(self.config.max_ack_delay.max(self.ack_hold_allowed), self.config.min_rto, self.config.max_rto);
         // Worked out only where a timer needs it: a receiver with nothing in flight (every
