@@ -3054,7 +3054,9 @@ impl Connection {
         }
         self.timers_stale = false;
         let continuous = self.config.send_policy == SendPolicy::Continuous;
-        let rto = || self.rtt.rto(self.config.max_ack_delay.max(self.ack_hold_allowed), self.config.min_rto, self.config.max_rto);
+        // How long the peer may hold an ack: the timeout and the tail probe both wait for it.
+        let held = || self.config.max_ack_delay.max(self.ack_hold_allowed);
+        let rto = || self.rtt.rto(held(), self.config.min_rto, self.config.max_rto);
         // Worked out only where a timer needs it: a receiver with nothing in flight (every
         // packet it receives comes here) needs none.
         let backed_off = || {
@@ -3095,8 +3097,7 @@ impl Connection {
                     // variation 807 ms) the probe is due 0.94 s after the fade, the timeout 3.7 s.
                     if self.rto_backoff == 0 && !self.tail_probed && self.config.arq == Arq::Fence && self.config.keepalive_interval.is_some() {
                         // At least 10 ms, as Linux's: a probe per scheduling hiccup is waste.
-                        let held = self.config.max_ack_delay.max(self.ack_hold_allowed);
-                        let wait = (self.rtt.get().saturating_mul(2) + held).max(TAIL_PROBE_FLOOR);
+                        let wait = (self.rtt.get().saturating_mul(2) + held()).max(TAIL_PROBE_FLOOR);
                         self.tail_probe_at = (wait < backed_off).then(|| since + wait);
                     }
                     Some(since + backed_off)
