@@ -33,6 +33,10 @@ const COUNT: usize = 9;
 #[derive(Clone, Debug)]
 pub(crate) struct TimerTable {
     deadlines: [u64; COUNT],
+    /// The minimum as last worked out, until a deadline is written: the endpoint asks for
+    /// it after every call that may have moved one (twice per packet that sends nothing),
+    /// and most such calls moved none.
+    earliest: std::cell::Cell<Option<u64>>,
 }
 
 /// An unset timer. A deadline that far (half a million years of microseconds) is taken as
@@ -41,19 +45,24 @@ const NEVER: u64 = u64::MAX;
 
 impl Default for TimerTable {
     fn default() -> Self {
-        TimerTable { deadlines: [NEVER; COUNT] }
+        TimerTable { deadlines: [NEVER; COUNT], earliest: std::cell::Cell::new(Some(NEVER)) }
     }
 }
 
 impl TimerTable {
+    /// Every write goes through here, so that the cached minimum is never stale.
+    fn write(&mut self, timer: Timer, at: u64) {
+        self.deadlines[timer as usize] = at;
+        self.earliest.set(None);
+    }
     pub fn set(&mut self, timer: Timer, at: Instant) {
-        self.deadlines[timer as usize] = at.total_micros().min(NEVER - 1);
+        self.write(timer, at.total_micros().min(NEVER - 1));
     }
     pub fn put(&mut self, timer: Timer, at: Option<Instant>) {
-        self.deadlines[timer as usize] = at.map_or(NEVER, |at| at.total_micros().min(NEVER - 1));
+        self.write(timer, at.map_or(NEVER, |at| at.total_micros().min(NEVER - 1)));
     }
     pub fn stop(&mut self, timer: Timer) {
-        self.deadlines[timer as usize] = NEVER;
+        self.write(timer, NEVER);
     }
     pub fn get(&self, timer: Timer) -> Option<Instant> {
         let at = self.deadlines[timer as usize];
@@ -61,19 +70,64 @@ impl TimerTable {
     }
     pub fn stop_all(&mut self) {
         self.deadlines = [NEVER; COUNT];
+        self.earliest.set(Some(NEVER));
     }
     /// Whether `timer` is set and due at `now`; a due timer is cleared.
     pub fn take_expired(&mut self, timer: Timer, now: Instant) -> bool {
         let at = self.deadlines[timer as usize];
         if at != NEVER && at <= now.total_micros() {
-            self.deadlines[timer as usize] = NEVER;
+            self.write(timer, NEVER);
             true
         } else {
             false
         }
     }
     pub fn next(&self) -> Option<Instant> {
-        let earliest = self.deadlines.iter().fold(NEVER, |a, &b| a.min(b));
+        let earliest = self.earliest.get().unwrap_or_else(|| {
+            let earliest = self.deadlines.iter().fold(NEVER, |a, &b| a.min(b));
+            self.earliest.set(Some(earliest));
+            earliest
+        });
         (earliest != NEVER).then(|| Instant::from_micros(earliest))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(micros: u64) -> Instant {
+        Instant::from_micros(micros)
+    }
+
+    /// The minimum is kept between reads; every kind of write must leave it right.
+    #[test]
+    fn the_earliest_deadline_follows_every_write() {
+        let mut timers = TimerTable::default();
+        assert_eq!(timers.next(), None);
+        timers.set(Timer::Retransmit, at(500));
+        timers.set(Timer::Ack, at(200));
+        assert_eq!(timers.next(), Some(at(200)));
+        // The earliest moved later: the next one takes over.
+        timers.set(Timer::Ack, at(900));
+        assert_eq!(timers.next(), Some(at(500)));
+        timers.put(Timer::Pacing, Some(at(100)));
+        assert_eq!(timers.next(), Some(at(100)));
+        timers.put(Timer::Pacing, None);
+        assert_eq!(timers.next(), Some(at(500)));
+        timers.stop(Timer::Retransmit);
+        assert_eq!(timers.next(), Some(at(900)));
+        assert!(!timers.take_expired(Timer::Ack, at(899)));
+        assert!(timers.take_expired(Timer::Ack, at(900)));
+        assert_eq!(timers.next(), None);
+        timers.set(Timer::Idle, at(50));
+        assert_eq!(timers.next(), Some(at(50)));
+        timers.stop_all();
+        assert_eq!(timers.next(), None);
+        // A copy carries the minimum it was made with, and its own writes move only its own.
+        timers.set(Timer::Keepalive, at(70));
+        let mut copy = timers.clone();
+        copy.set(Timer::Keepalive, at(80));
+        assert_eq!((timers.next(), copy.next()), (Some(at(70)), Some(at(80))));
     }
 }
