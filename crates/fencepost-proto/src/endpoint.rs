@@ -1195,7 +1195,8 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
             let Some(entry) = self.connections.get_mut(&cid) else { continue };
             entry.touched = false;
             Self::refresh(cid, entry, &mut self.timers, &mut self.with_events, &mut self.drained);
-            if !entry.ready {
+            // Queued to be polled only if a poll could do anything (`may_transmit`).
+            if !entry.ready && entry.connection.may_transmit() {
                 entry.ready = true;
                 self.ready.push_back(cid);
             }
@@ -1383,6 +1384,39 @@ mod tests {
         let before = net.0.transmit_polls;
         assert!(net.0.poll_transmit(t, &mut buf).is_none());
         assert_eq!(net.0.transmit_polls - before, 0, "nothing was due, so nothing was asked");
+    }
+
+    #[test]
+    fn a_receiver_is_asked_to_send_only_once_it_has_something_to_send() {
+        let mut net = pair_with(TransportConfig::default().insecure(), 10);
+        let t = Instant::from_millis(1);
+        let handle = net.0.connect(t, 1);
+        exchange(&mut net, t);
+        while net.1.poll_event().is_some() {}
+        let t = t + Duration::from_millis(1);
+        net.0.connection_mut(handle).unwrap().write(&[7u8; 4000]).unwrap();
+        let mut buf = vec![0u8; 2048];
+        let datagrams: Vec<Vec<u8>> = std::iter::from_fn(|| net.0.poll_transmit(t, &mut buf).map(|(_, tx)| buf[..tx.size].to_vec())).collect();
+        assert!(datagrams.len() >= 2, "the write makes several data packets");
+        // One data packet: its ack waits for the next one (or the ack timer), and the
+        // receiving connection, which has sent no data, is not polled at all.
+        net.1.handle_datagram(t, 0, &datagrams[0], &mut []);
+        let before = net.1.transmit_polls;
+        assert!(net.1.poll_transmit(t, &mut buf).is_none());
+        assert_eq!(net.1.transmit_polls - before, 0, "nothing was due, so nothing was asked");
+        // The second makes the ack due: polled, and the ack leaves.
+        net.1.handle_datagram(t, 0, &datagrams[1], &mut []);
+        assert!(net.1.poll_transmit(t, &mut buf).is_some(), "the ack of two packets");
+        assert!(net.1.transmit_polls > before);
+        // A lone packet's ack leaves when the ack timer fires.
+        if let Some(third) = datagrams.get(2) {
+            while net.1.poll_transmit(t, &mut buf).is_some() {}
+            net.1.handle_datagram(t, 0, third, &mut []);
+            assert!(net.1.poll_transmit(t, &mut buf).is_none());
+            let due = net.1.poll_timeout().expect("the ack timer");
+            net.1.handle_timeout(due);
+            assert!(net.1.poll_transmit(due, &mut buf).is_some(), "the held ack, at its deadline");
+        }
     }
 
     /// A path that carries datagrams of up to `limit` bytes and silently drops longer ones

@@ -39,6 +39,8 @@ pub trait Redundancy: fmt::Debug + Send {
 
     /// The application gave nothing to send although the window had room: the flow is
     /// a stream whose messages wait on each loss, not a transfer limited by the path.
+    /// Before the connection's first data packet it may or may not be called (a side
+    /// that has sent nothing says nothing yet about how it sends).
     fn on_app_limited(&mut self, _now: Instant) {}
 
     /// Bytes of sent packets kept to make repairs from (counted without walking them).

@@ -46,6 +46,10 @@ impl DeliveryRateEstimator {
     pub fn is_app_limited(&self) -> bool {
         self.app_limited_until != 0
     }
+    /// Whether [`DeliveryRate::on_app_limited`] with `bytes_in_flight` would change nothing.
+    pub fn app_limited_as(&self, bytes_in_flight: u64) -> bool {
+        self.app_limited_until == (self.delivered + bytes_in_flight).max(1)
+    }
 
     /// Fills in the delivery fields of a packet about to leave; `in_flight_before` excludes it.
     pub fn on_sent(&mut self, now: Instant, in_flight_before: u64, packet: &mut SentPacket) {
