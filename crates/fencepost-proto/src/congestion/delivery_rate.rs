@@ -46,7 +46,7 @@ impl DeliveryRateEstimator {
     pub fn is_app_limited(&self) -> bool {
         self.app_limited_until != 0
     }
-    /// Whether [`DeliveryRate::on_app_limited`] with `bytes_in_flight` would change nothing.
+    /// Whether [`DeliveryRateEstimator::on_app_limited`] with `bytes_in_flight` would change nothing.
     pub fn app_limited_as(&self, bytes_in_flight: u64) -> bool {
         self.app_limited_until == (self.delivered + bytes_in_flight).max(1)
     }
