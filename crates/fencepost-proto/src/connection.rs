@@ -988,6 +988,35 @@ impl Connection {
     pub fn peer_finished(&self) -> bool {
         self.assembler.is_finished()
     }
+    /// What [`Connection::poll_transmit`] does before its data path, read without doing
+    /// it: `Some(true)` where it would send something there (a reset, a repair, a
+    /// handshake, an ack, a request, feedback, a keepalive), `Some(false)` where it would
+    /// return `None` at once, `None` where it would go on to the data path. Without `now`,
+    /// feedback that is due counts as sent (it rides only behind a packet sent in the same
+    /// instant, which `now` tells).
+    fn before_data(&self, now: Option<Instant>) -> Option<bool> {
+        if self.reset_due.is_some() {
+            return Some(true);
+        }
+        if matches!(self.state, State::Drained | State::Lost) {
+            return Some(false);
+        }
+        if self.redundancy.has_repair() || self.handshake_due {
+            return Some(true);
+        }
+        if self.state == State::Handshake {
+            return Some(false);
+        }
+        if self.ack_now || self.far_ack_next.is_some() || self.ack_frequency_due.is_some() || self.keepalive_due {
+            return Some(true);
+        }
+        let rides = now.is_none_or(|now| self.last_ride == Some(now));
+        if rides && self.fec_decoder.is_some() && self.peer_redundancy.adapts() && self.feedback_due() {
+            return Some(true);
+        }
+        None
+    }
+
     /// Whether [`Connection::poll_transmit`] might send something or mark anything, seen
     /// without `now`; `false` only where every branch of it would return `None` and leave
     /// the connection as it is. The endpoint polls a connection touched by a datagram or
@@ -995,25 +1024,8 @@ impl Connection {
     /// at line rate) is then not polled at all (each such poll, with the endpoint's
     /// bookkeeping around it, was about 2 % of a simulated transfer).
     pub(crate) fn may_transmit(&self) -> bool {
-        if self.reset_due.is_some() {
-            return true;
-        }
-        if matches!(self.state, State::Drained | State::Lost) {
-            return false;
-        }
-        if self.redundancy.has_repair() || self.handshake_due {
-            return true;
-        }
-        if self.state == State::Handshake {
-            return false;
-        }
-        if self.ack_now || self.far_ack_next.is_some() || self.ack_frequency_due.is_some() || self.keepalive_due {
-            return true;
-        }
-        // Feedback rides only behind a packet sent in the same instant, which `now` alone
-        // would tell: due is enough to poll.
-        if self.fec_decoder.is_some() && self.peer_redundancy.adapts() && self.feedback_due() {
-            return true;
+        if let Some(sends) = self.before_data(None) {
+            return sends;
         }
         // The data path of a side that has sent no data yet: with nothing to send, it only
         // marks the delivery rate app-limited, and the redundancy stage too (which takes
@@ -1024,6 +1036,27 @@ impl Connection {
             && !self.disassembler.has_retransmissions()
             && !self.disassembler.has_new()
             && self.delivery.app_limited_as(self.disassembler.bytes_in_flight()))
+    }
+
+    /// Right after a poll at `now` that sent: whether another poll at `now` might send.
+    /// `false` only where the pacer holds back the data it would send and nothing else is
+    /// due; the pacing timer is then set here, as that poll would have set it. The pacer
+    /// is asked first, the one question most answers end at.
+    pub(crate) fn may_send_again(&mut self, now: Instant) -> bool {
+        if self.config.send_policy != SendPolicy::Continuous || self.probe_budget > 0 {
+            return true;
+        }
+        let Some(departure) = self.controller.earliest_departure_time() else { return true };
+        let allowed_from = departure - self.config.timer_granularity;
+        if allowed_from <= now || self.before_data(Some(now)).is_some() {
+            return true;
+        }
+        let has_new = self.disassembler.has_new() && self.flow_control_allows_new();
+        if !self.disassembler.has_retransmissions() && !has_new {
+            return true;
+        }
+        self.timers.set(Timer::Pacing, allowed_from);
+        false
     }
 
     /// Something is due to be sent at once (an ack, a handshake, a probe): a driver

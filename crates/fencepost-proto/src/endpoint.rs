@@ -1061,7 +1061,9 @@ impl<A: Clone + Eq + Hash> Endpoint<A> {
                     let transmit = entry.connection.poll_transmit(now, buf);
                     // Sending moves timers and may raise events; it stays ready only while it sends.
                     let remote = transmit.is_some().then(|| entry.remote.clone());
-                    entry.ready = transmit.is_some();
+                    // After a send, ready only if the next poll might send too (that poll's
+                    // pacing timer is set in its place where the pacer holds it).
+                    entry.ready = transmit.is_some() && entry.connection.may_send_again(now);
                     Self::refresh(cid, entry, &mut self.timers, &mut self.with_events, &mut self.drained);
                     transmit.zip(remote)
                 }
@@ -1417,6 +1419,69 @@ mod tests {
             net.1.handle_timeout(due);
             assert!(net.1.poll_transmit(due, &mut buf).is_some(), "the held ack, at its deadline");
         }
+    }
+
+    /// A paced sender is not asked again right after a send the pacer holds the next one
+    /// back from: its pacing timer is set instead, and the transfer goes on at its pace.
+    #[test]
+    fn a_paced_sender_is_asked_again_when_its_pacer_lets_the_next_packet_go() {
+        let mut net = pair_with(TransportConfig::default().insecure(), 10);
+        let mut t = Instant::from_millis(1);
+        let handle = net.0.connect(t, 1);
+        exchange(&mut net, t);
+        let server = std::iter::from_fn(|| net.1.poll_event()).map(|(h, _)| h).next().expect("the server's connection");
+        let total = 3_000_000usize;
+        let mut written = 0;
+        // Each way 5 ms; the server reads all it can at once.
+        let one_way = Duration::from_millis(5);
+        let mut to_server: VecDeque<(Instant, Vec<u8>)> = VecDeque::new();
+        let mut to_client: VecDeque<(Instant, Vec<u8>)> = VecDeque::new();
+        let (mut read, mut paced_holds) = (0usize, 0u32);
+        let mut buf = vec![0u8; 2048];
+        let mut sink = vec![0u8; 1 << 16];
+        for _ in 0..200_000 {
+            if written < total {
+                written += net.0.connection_mut(handle).unwrap().write(&vec![7u8; (total - written).min(1 << 16)]).unwrap_or(0);
+            }
+            net.0.handle_timeout(t);
+            net.1.handle_timeout(t);
+            while to_server.front().is_some_and(|(at, _)| *at <= t) {
+                let (_, d) = to_server.pop_front().unwrap();
+                net.1.handle_datagram(t, 0, &d, &mut []);
+            }
+            while to_client.front().is_some_and(|(at, _)| *at <= t) {
+                let (_, d) = to_client.pop_front().unwrap();
+                net.0.handle_datagram(t, 1, &d, &mut []);
+            }
+            while let Ok(n) = net.1.connection_mut(server).unwrap().read(&mut sink) {
+                if n == 0 {
+                    break;
+                }
+                read += n;
+            }
+            let before = net.0.transmit_polls;
+            let mut sent = 0;
+            while let Some((_, tx)) = net.0.poll_transmit(t, &mut buf) {
+                to_server.push_back((t + one_way, buf[..tx.size].to_vec()));
+                sent += 1;
+            }
+            // Every poll sent: the last send left the pacer holding the next packet, and
+            // the connection wakes when it lets it go.
+            if sent > 0 && net.0.transmit_polls - before == sent {
+                paced_holds += 1;
+                assert!(net.0.poll_timeout().is_some_and(|at| at > t), "held by the pacer, with a timer to go on");
+            }
+            while let Some((_, tx)) = net.1.poll_transmit(t, &mut buf) {
+                to_client.push_back((t + one_way, buf[..tx.size].to_vec()));
+            }
+            if read == total {
+                break;
+            }
+            let next = [net.0.poll_timeout(), net.1.poll_timeout(), to_server.front().map(|p| p.0), to_client.front().map(|p| p.0)].into_iter().flatten().min();
+            t = next.expect("something to wait for").max(t + Duration::from_micros(1));
+        }
+        assert_eq!(read, total, "the transfer completed");
+        assert!(paced_holds > 100, "sends the pacer held back the next packet after: {paced_holds}");
     }
 
     /// A path that carries datagrams of up to `limit` bytes and silently drops longer ones
