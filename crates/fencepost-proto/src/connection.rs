@@ -1046,13 +1046,8 @@ impl Connection {
         if self.config.send_policy != SendPolicy::Continuous || self.probe_budget > 0 {
             return true;
         }
-        let Some(departure) = self.controller.earliest_departure_time() else { return true };
-        let allowed_from = departure - self.config.timer_granularity;
-        if allowed_from <= now || self.before_data(Some(now)).is_some() {
-            return true;
-        }
-        let has_new = self.disassembler.has_new() && self.flow_control_allows_new();
-        if !self.disassembler.has_retransmissions() && !has_new {
+        let Some(allowed_from) = self.paced_until(now) else { return true };
+        if self.before_data(Some(now)).is_some() || !(self.disassembler.has_retransmissions() || self.new_data_allowed()) {
             return true;
         }
         self.timers.set(Timer::Pacing, allowed_from);
@@ -2358,7 +2353,7 @@ impl Connection {
                 let closing = self.disassembler.fin_sent();
                 self.probe_with_new_data = false;
                 self.copying_probes_mid_stream = false;
-                if self.config.arq == Arq::Fence && !waiting && !closing && self.rto_backoff == 0 && self.lost_nothing_lately(now) && self.disassembler.has_new() && self.flow_control_allows_new() {
+                if self.config.arq == Arq::Fence && !waiting && !closing && self.rto_backoff == 0 && self.lost_nothing_lately(now) && self.new_data_allowed() {
                     // A first timeout on a path that had lost nothing lately is more likely a
                     // late ack than a loss: a peer (or this end) descheduled for a few tens
                     // of milliseconds, or a queue that grew faster than the RTT estimate. As
@@ -2932,9 +2927,22 @@ impl Connection {
         }
     }
 
+    /// When the pacer lets the next packet go, if later than `now`. Up to one timer
+    /// granularity early: the pacer's clock keeps the average rate, and a driver that
+    /// cannot wake sooner than that would fall behind.
+    fn paced_until(&self, now: Instant) -> Option<Instant> {
+        let departure = self.controller.earliest_departure_time()?;
+        Some(departure - self.config.timer_granularity).filter(|&allowed_from| allowed_from > now)
+    }
+
+    /// New data waits to be sent and the peer's window lets it go.
+    fn new_data_allowed(&self) -> bool {
+        self.disassembler.has_new() && self.flow_control_allows_new()
+    }
+
     fn poll_continuous_data(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         let has_retransmission = self.disassembler.has_retransmissions();
-        let has_new = self.disassembler.has_new() && self.flow_control_allows_new();
+        let has_new = self.new_data_allowed();
         let copy = if self.probe_budget > 0 && !has_retransmission { self.next_probe_copy() } else { None };
         if !has_retransmission && !has_new && copy.is_none() {
             if !self.disassembler.has_new() {
@@ -2952,14 +2960,9 @@ impl Connection {
         // how the sender learns what happened (RFC 9002 6.2.4).
         let probing = self.probe_budget > 0 && (has_retransmission || copy.is_some() || (self.probe_with_new_data && has_new));
         if !probing {
-            if let Some(departure) = self.controller.earliest_departure_time() {
-                // Up to one timer granularity early: the pacer's clock keeps the average
-                // rate, and a driver that cannot wake sooner than that would fall behind.
-                let allowed_from = departure - self.config.timer_granularity;
-                if allowed_from > now {
-                    self.timers.set(Timer::Pacing, allowed_from);
-                    return None;
-                }
+            if let Some(allowed_from) = self.paced_until(now) {
+                self.timers.set(Timer::Pacing, allowed_from);
+                return None;
             }
             let in_flight = self.disassembler.bytes_in_flight();
             if in_flight > 0 && in_flight + self.config.max_datagram() as u64 > self.sending_window() {
