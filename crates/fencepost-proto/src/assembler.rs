@@ -549,9 +549,17 @@ impl Assembler {
         if self.held == 0 {
             return;
         }
-        for (k, chunk) in out.chunks_mut(8).enumerate() {
-            let word = self.held_word(first + 64 * k as u64).to_le_bytes();
-            chunk.copy_from_slice(&word[..chunk.len()]);
+        // Whole words as whole words: a slice of a length known only at run time is copied
+        // by a call to `memcpy`, once per word of every ack.
+        let whole = out.len() / 8;
+        let mut chunks = out.chunks_exact_mut(8);
+        for (k, chunk) in (&mut chunks).enumerate() {
+            chunk.copy_from_slice(&self.held_word(first + 64 * k as u64).to_le_bytes());
+        }
+        let rest = chunks.into_remainder();
+        if !rest.is_empty() {
+            let word = self.held_word(first + 64 * whole as u64).to_le_bytes();
+            rest.copy_from_slice(&word[..rest.len()]);
         }
         if bits % 8 != 0 {
             if let Some(last) = out.last_mut() {
