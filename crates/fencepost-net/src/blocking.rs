@@ -101,28 +101,28 @@ impl Io {
                     return Err(NetError::EndpointClosed(why.clone()));
                 }
                 let answer = ready(&self.shared, &mut st);
+                // One clock reading for the check below, the socket's look and the turn.
+                let now = self.shared.now();
                 // A turn that would find the core as the last one left it, its timers not yet
                 // due, is skipped (a read that waits right after the write that sent), unless
                 // the socket's error queue holds something for it to read: a receive that
                 // took an ICMP error brings nothing new to the core itself.
                 let unchanged = match (self.settled.get(), &answer) {
-                    (Some(deadline), None) => {
-                        deadline.is_none_or(|at| at > self.shared.now()) && !self.shared.icmp_pending.load(std::sync::atomic::Ordering::Relaxed)
-                    }
+                    (Some(deadline), None) => deadline.is_none_or(|at| at > now) && !self.shared.icmp_pending.load(std::sync::atomic::Ordering::Relaxed),
                     _ => false,
                 };
                 if unchanged {
                     (None, self.settled.get().flatten())
                 } else {
-                    self.overflow.borrow_mut().look(&self.shared, &mut st, &self.socket);
-                    let mut deadline = driver::turn(&self.shared, &mut st, &mut out, &mut closing);
+                    self.overflow.borrow_mut().look(&self.shared, &mut st, &self.socket, now);
+                    let mut deadline = driver::turn(&self.shared, &mut st, &mut out, &mut closing, now);
                     // The turn ran timers: what `ready` waits for may have come of them (a
                     // connection lost to its idle timer has no deadline left to wake us).
                     let answer = answer.or_else(|| {
                         let late = ready(&self.shared, &mut st);
                         if late.is_some() {
                             // What the answer did (a write) leaves in this pass too.
-                            deadline = driver::turn(&self.shared, &mut st, &mut out, &mut closing);
+                            deadline = driver::turn(&self.shared, &mut st, &mut out, &mut closing, self.shared.now());
                         }
                         late
                     });
@@ -141,7 +141,7 @@ impl Io {
                     if let Some(why) = &st.stopped {
                         return Err(NetError::EndpointClosed(why.clone()));
                     }
-                    deadline = driver::turn(&self.shared, &mut st, &mut out, &mut closing);
+                    deadline = driver::turn(&self.shared, &mut st, &mut out, &mut closing, self.shared.now());
                     self.settled.set(Some(deadline));
                 }
                 self.flush(&mut out)?;

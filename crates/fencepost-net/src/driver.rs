@@ -252,8 +252,9 @@ async fn run(shared: Arc<Shared>, mut socket: DriverSocket) {
             if st.stopped.is_some() {
                 return;
             }
-            overflow.look(&shared, &mut st, socket.socket());
-            let deadline = turn(&shared, &mut st, &mut out, &mut closing);
+            let now = shared.now();
+            overflow.look(&shared, &mut st, socket.socket(), now);
+            let deadline = turn(&shared, &mut st, &mut out, &mut closing, now);
             // A reader that waits on the socket receives for the driver (see
             // `Shared::receive_for_reader`): the driver looks again when the reader's watch
             // lapses, and until then leaves the socket to it.
@@ -385,9 +386,8 @@ impl OverflowWatch {
     /// overflowed), or a buffer charged past [`HOLD_AT_QUARTERS`] of its size (about to),
     /// have the core hold the receiving connections' windows to what the socket holds
     /// (`fencepost_proto::Endpoint::note_socket_overflow` and `note_socket_filling`).
-    pub(crate) fn look(&mut self, shared: &Shared, st: &mut State, socket: &std::net::UdpSocket) {
+    pub(crate) fn look(&mut self, shared: &Shared, st: &mut State, socket: &std::net::UdpSocket, now: fencepost_proto::Instant) {
         let Some(buffer) = shared.receive_buffer else { return };
-        let now = shared.now();
         if now < self.next_look {
             return;
         }
@@ -403,11 +403,12 @@ impl OverflowWatch {
     }
 }
 
-/// One turn of the core under the endpoint's lock: its timers, then everything due to be
-/// sent (into `out`), then its events to the tasks waiting on them. Returns the core's
-/// next deadline.
-pub(crate) fn turn(shared: &Shared, st: &mut State, out: &mut Outgoing, closing: &mut WakerSet) -> Option<fencepost_proto::Instant> {
-    let now = shared.now();
+/// One turn of the core under the endpoint's lock at `now` (`Shared::now`, read by the
+/// caller: the socket's look just before takes the same reading, where a clock read each
+/// was a few percent of a blocking ping-pong's instructions): its timers, then everything
+/// due to be sent (into `out`), then its events to the tasks waiting on them. Returns the
+/// core's next deadline.
+pub(crate) fn turn(shared: &Shared, st: &mut State, out: &mut Outgoing, closing: &mut WakerSet, now: fencepost_proto::Instant) -> Option<fencepost_proto::Instant> {
     take_unreachable(shared, st, now);
     st.proto.handle_timeout(now);
     let memory_due = return_memory(st, now);
