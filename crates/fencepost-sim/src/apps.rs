@@ -219,11 +219,12 @@ impl ClientApp for BulkSender {
         while self.remaining > 0 {
             let want = usize::try_from(self.remaining).unwrap_or(usize::MAX);
             let Ok(n) = conn.write_generated(&self.pattern, self.written, want) else { return };
-            if n == 0 {
-                break;
-            }
             self.remaining -= n as u64;
             self.written += n as u64;
+            // A write the buffer took only in part filled it: asking again would take nothing.
+            if n < want {
+                break;
+            }
         }
         if self.remaining == 0 && !self.closed {
             conn.close(now);
