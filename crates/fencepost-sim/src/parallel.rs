@@ -249,9 +249,10 @@ struct Side<'a> {
     spare_sent: Vec<Vec<Sent>>,
     /// The other side's lists this side emptied, to go back to it in the next mail.
     emptied: Vec<Vec<Sent>>,
-    /// Each channel's hosts (from, to), by index.
-    hosts: &'a [(usize, usize)],
-    side_of_host: &'a [u8],
+    /// The channels that lead to this side's hosts, by index: the ones it delivers from
+    /// and whose arrivals it waits for. Listed once: each step looked up every channel's
+    /// host and that host's side, twice (2 % of a simulated transfer's instructions).
+    arriving: Vec<usize>,
     events: &'a [LinkEventSpec],
     /// Link events before this one were applied, or are not this side's to apply while
     /// stepping (those of `late` channels go in at the edges).
@@ -505,8 +506,7 @@ impl<'a> Side<'a> {
             sent: (0..common.hosts.len()).map(|_| Vec::new()).collect(),
             spare_sent: Vec::new(),
             emptied: Vec::new(),
-            hosts: common.hosts,
-            side_of_host: common.side_of_host,
+            arriving: (0..common.hosts.len()).filter(|&c| common.side_of_host[common.hosts[c].1] == side).collect(),
             events: common.events,
             next_event: common.first_event,
             next_late_event: common.first_event,
@@ -742,10 +742,8 @@ impl<'a> Side<'a> {
         // Repeat while packets were put into links (see `Simulation::deliver`).
         loop {
             let mut moved = false;
-            for c in 0..self.hosts.len() {
-                if self.side_of_host[self.hosts[c].1] != self.side {
-                    continue;
-                }
+            for i in 0..self.arriving.len() {
+                let c = self.arriving[i];
                 loop {
                     let late = self.late[c];
                     let channel = self.run_mut(c);
@@ -838,10 +836,7 @@ impl<'a> Side<'a> {
                 next = Some(next.map_or(t, |n: Instant| n.min(t)));
             }
         };
-        for c in 0..self.hosts.len() {
-            if self.side_of_host[self.hosts[c].1] != self.side {
-                continue;
-            }
+        for &c in &self.arriving {
             // Arrivals here: a late channel's are on its wire; another's by its own times (the bottleneck too).
             let link = &self.channels[c].as_deref().expect("a channel leading here is this side's").link;
             consider(if self.late[c] { link.next_arrival() } else { link.poll_timeout() }.map(Instant::from_micros));
