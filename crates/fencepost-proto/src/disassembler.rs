@@ -481,7 +481,7 @@ impl Disassembler {
         // Every hole is a packet sent and not yet acknowledged, at or above `seg_base`: one
         // leaves the list when it is acknowledged here, and `ack_below` prunes those below
         // the fence. So only the bitmap is asked. (Each hole's state was looked up first,
-        // for dozens of holes per ack while repairs were a round trip away: 3 % of a
+        // for dozens of holes per ack while repairs were a round trip away: 2 % of a
         // simulated lossy transfer's instructions.)
         holes.retain(|&seq| {
             debug_assert!(seq >= self.seg_base && self.state(seq).is_some_and(|s| s != SegmentState::Acked), "hole {seq} acknowledged or released");

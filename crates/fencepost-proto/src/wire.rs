@@ -814,7 +814,7 @@ struct Reader<'a> {
 
 // Every accessor below is called only after `need` proved the bytes are present,
 // so the slice indexing cannot go out of bounds. The fixed-width reads are inlined: a
-// call each, several per packet, was a third of parsing a data packet.
+// call each, several per packet, was a quarter of parsing a data packet.
 impl<'a> Reader<'a> {
     fn new(bytes: &'a [u8]) -> Self {
         Reader { bytes, pos: 0 }

@@ -216,15 +216,13 @@ impl ClientApp for BulkSender {
                 io.delivered_at_deadline = Some(io.server_received);
             }
         }
-        while self.remaining > 0 {
+        // One write: the buffer takes what fits, and what it does not take waits for the
+        // next run (asking again at once took nothing, the buffer being full).
+        if self.remaining > 0 {
             let want = usize::try_from(self.remaining).unwrap_or(usize::MAX);
             let Ok(n) = conn.write_generated(&self.pattern, self.written, want) else { return };
             self.remaining -= n as u64;
             self.written += n as u64;
-            // A write the buffer took only in part filled it: asking again would take nothing.
-            if n < want {
-                break;
-            }
         }
         if self.remaining == 0 && !self.closed {
             conn.close(now);
