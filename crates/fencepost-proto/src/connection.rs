@@ -2882,6 +2882,14 @@ impl Connection {
         // Completed where `on_transmit` just wrote it: a copy out and back read the record
         // whole, across fields still on their way to the cache, and stalled the sender
         // (4 % of a simulated transfer's time on that one load).
+        if !retransmission && !self.disassembler.has_new() && in_flight + (self.config.max_datagram() as u64) <= self.sending_window() {
+            // This packet takes the last of what the application gave, and the window
+            // would let more leave: the application limits the flight from this packet on,
+            // as the next poll would say. Said before the packet is stamped, so a short
+            // write sent alone (a 49-byte session header) gives an application-limited
+            // rate sample rather than a measure of the path of a few kB/s.
+            self.delivery.on_app_limited(in_flight_before);
+        }
         if let Some(record) = self.disassembler.sent_packet_mut(seq) {
             self.delivery.on_sent(now, in_flight_before, record);
             record.bytes_in_flight = in_flight;

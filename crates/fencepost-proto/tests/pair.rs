@@ -1099,3 +1099,43 @@ fn when_the_new_data_probes_draw_nothing_the_next_timeout_resends() {
     let received = Pair::read_all(p.server()).0;
     deliver_the_rest(&mut p, &data, written, received);
 }
+
+/// A short first write acknowledged on its own (`fencepost send`'s 49-byte session header,
+/// when the bulk behind it comes a moment later) gives the controller its first rate
+/// sample: a few kB/s, limited by the application. The packet that takes the last of what
+/// the application wrote is marked so, written before the handshake ended or after, and
+/// Startup's pacing starts from the initial window over the RTT. Paced at the sample's
+/// rate (12 kB/s here), each of the next few packets waited 100 ms for its turn (8 kB ones
+/// 300 ms on loopback), and 300 kB took three times as long.
+#[test]
+fn a_short_first_write_acked_alone_does_not_slow_the_transfer_after_it() {
+    // `header_at`: when the header is written, in ms (the handshake ends at 11).
+    let bulk_ms = |header: usize, header_at: u64| {
+        let config = || TransportConfig { max_payload: 1200, ..TransportConfig::default_profile().insecure() };
+        let mut p = Pair::new(config(), config());
+        p.run_until(at(header_at));
+        if header > 0 {
+            p.client.write(&vec![1u8; header]).unwrap();
+        }
+        // The header's ack is back (a 10 ms round trip) before the bulk is written.
+        p.run_until(at(40));
+        let total = 300_000usize;
+        let (mut written, mut got) = (0, Pair::read_all(p.server()).0.len());
+        let mut t = 40u64;
+        while got < total + header && t < 10_000 {
+            if written < total {
+                written += p.client.write(&vec![2u8; total - written]).unwrap();
+            }
+            t += 1;
+            p.run_until(at(t));
+            got += Pair::read_all(p.server()).0.len();
+        }
+        assert_eq!(got, total + header);
+        t - 40
+    };
+    let alone = bulk_ms(0, 20);
+    for header_at in [1, 20] {
+        let after_header = bulk_ms(49, header_at);
+        assert!(after_header <= alone + 5, "300 kB took {after_header} ms after a header written at {header_at} ms, {alone} ms without one");
+    }
+}

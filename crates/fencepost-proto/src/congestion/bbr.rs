@@ -1291,14 +1291,17 @@ impl Bbr {
         }
     }
 
-    fn set_pacing_rate(&mut self, rtt: &RttEstimator) {
-        let rate = if self.bw > 0.0 {
-            ((self.pacing_gain + self.overflow_growth()) * self.bw * PACING_MARGIN) as u64
-        } else {
-            // Before any sample: the initial window over the RTT, at Startup's gain.
-            let srtt = rtt.get().as_secs_f64().max(1e-3);
-            (STARTUP_GAIN * self.initial_cwnd as f64 / srtt) as u64
-        };
+    /// `app_limited`: the ack batch's rate sample, if any, is one the application limited.
+    fn set_pacing_rate(&mut self, rtt: &RttEstimator, app_limited: bool) {
+        // The initial window over the RTT, at Startup's gain: the rate before any sample.
+        let initial = || (STARTUP_GAIN * self.initial_cwnd as f64 / rtt.get().as_secs_f64().max(1e-3)) as u64;
+        let rate = if self.bw > 0.0 { ((self.pacing_gain + self.overflow_growth()) * self.bw * PACING_MARGIN) as u64 } else { initial() };
+        // The pacer starts from the first sample, and until the pipe is full its rate only
+        // rises. A first sample the application limited says nothing of the path (a 49-byte
+        // session header acknowledged before the bulk behind it was written: a few kB/s),
+        // so the pacer starts from no less than the initial rate then; paced at that
+        // sample's rate, the next 8 kB packet on loopback waited 300 ms for its turn.
+        let rate = if self.pacer.rate() == 0 && app_limited { rate.max(initial()) } else { rate };
         if self.filled_pipe || rate > self.pacer.rate() {
             self.pacer.set_rate(rate.max(1));
         }
@@ -1539,7 +1542,7 @@ impl Controller for Bbr {
         self.check_full_pipe(batch.rate_sample.is_some_and(|s| s.is_app_limited));
         self.check_drain(now, batch.bytes_in_flight);
         self.update_probe_rtt(now, batch, min_rtt_expired);
-        self.set_pacing_rate(rtt);
+        self.set_pacing_rate(rtt, batch.rate_sample.is_some_and(|s| s.is_app_limited));
         self.set_cwnd(batch, acked);
     }
 
