@@ -540,6 +540,10 @@ pub struct Connection {
     /// hears of it only before its next use, so a receiver that keeps nothing does not
     /// reach its decoder per packet (with 100 connections, a cold cache line each time).
     fec_unkept: Option<u64>,
+    /// The decoder was given a packet or repair since it last let go of what it held.
+    /// The first packet past what is kept then lets go at once (see `on_data`); a flag
+    /// here, so the packets after it do not reach the decoder either.
+    fec_holds: bool,
     /// Data packets the peer sent for the first time, by sequence number, and how many of
     /// them went missing: what [`Feedback`] reports.
     first_transmissions: FirstTransmissions,
@@ -747,6 +751,7 @@ impl Connection {
             fec_decoder: None,
             fec_keep_until: FEC_KEEP_AT_START,
             fec_unkept: None,
+            fec_holds: false,
             first_transmissions: FirstTransmissions::default(),
             feedback_sent_at: 0,
             feedback_missing_at: 0,
@@ -1433,6 +1438,7 @@ impl Connection {
         if let Some(seq) = self.fec_unkept.take() {
             decoder.not_kept(seq);
         }
+        self.fec_holds = true;
         self.fec_keep_until = self.fec_keep_until.max(first + r.span as u64 + FEC_KEEP_AFTER);
         let rebuilt = decoder.add_repair(scheme, first, r.span as usize, r.index, r.symbol);
         self.stats.repair_state_shed = decoder.shed_over_budget;
@@ -1860,11 +1866,23 @@ impl Connection {
         match self.fec_decoder.as_mut() {
             // Not kept: a repair that covers it cannot be used (and none is expected).
             // Telling the decoder of the highest such packet once is telling it of each.
+            Some(decoder) if !keep && self.fec_holds => {
+                // The first packet past what is kept: nothing the decoder holds can be used
+                // from now on (a repair or a late kept packet would first forget it), so it
+                // lets go of its buffers now rather than at the connection's end. Held for
+                // a transfer's life, the first 32 packets' copies of each of 100 concurrent
+                // connections were 25 MB of fresh memory on a server, touched while they
+                // started (page faults 10.5-11.4 k per run, 4.0-4.9 k since).
+                let unkept = self.fec_unkept.take().map_or(seq, |s| s.max(seq));
+                decoder.let_go_through(unkept);
+                self.fec_holds = false;
+            }
             Some(_) if !keep => self.fec_unkept = Some(self.fec_unkept.map_or(seq, |s| s.max(seq))),
             Some(decoder) => {
                 if let Some(unkept) = self.fec_unkept.take() {
                     decoder.not_kept(unkept);
                 }
+                self.fec_holds = true;
                 // Keep it for repairs still to come; it may complete one already here.
                 let rebuilt = decoder.add_source_packet(seq, payload, fin);
                 self.stats.repair_state_shed = decoder.shed_over_budget;

@@ -432,6 +432,14 @@ impl Decoder {
         self.settle();
     }
 
+    /// [`Decoder::not_kept`], and the spare buffers go too: for a receiver that keeps
+    /// nothing more until a repair comes, whose buffers other connections can use meanwhile.
+    pub fn let_go_through(&mut self, seq: u64) {
+        self.not_kept(seq);
+        self.spare = Vec::new();
+        self.settle();
+    }
+
     /// Everything before `seq` is delivered in order: forget it.
     pub fn delivered_below(&mut self, seq: u64) {
         let keep_from = seq.saturating_sub(self.keep as u64);
@@ -450,6 +458,13 @@ impl Decoder {
         // A block repair's Cauchy row is (index + span); past 255 it would wrap onto a column.
         let block_overflows = scheme == Scheme::Block && index as usize + span > 255;
         if span == 0 || span > MAX_SPAN || block_overflows {
+            self.repairs_useless += 1;
+            return Vec::new();
+        }
+        // Every source it covers is known or forgotten: it can rebuild nothing, whatever
+        // the arithmetic below would make of it. A clean path's repairs (a stream's first
+        // ones) all end here, without a copy of the symbol and a pass over it per source.
+        if !(first..first + span as u64).any(|seq| seq >= self.floor && !self.known.contains_key(&seq)) {
             self.repairs_useless += 1;
             return Vec::new();
         }
@@ -636,6 +651,33 @@ mod tests {
 
     fn payload(seq: u64) -> Vec<u8> {
         (0..(100 + seq as usize % 50)).map(|i| (i as u64 * 31 + seq * 7) as u8).collect()
+    }
+
+    #[test]
+    fn a_repair_over_sources_all_known_or_forgotten_is_useless_and_kept_nowhere() {
+        let mut enc = Encoder::new(16);
+        let mut dec = Decoder::new(64);
+        for seq in 0..8u64 {
+            enc.add(seq, source_symbol(&payload(seq), false));
+        }
+        // 0-1 delivered and forgotten, 2-7 known: a repair over 0-7 has nothing to rebuild.
+        dec.not_kept(1);
+        for seq in 2..8u64 {
+            assert!(dec.add_source(seq, source_symbol(&payload(seq), false)).is_empty());
+        }
+        let (first, symbol) = enc.repair(Scheme::Window, 8, 0).unwrap();
+        assert_eq!(first, 0);
+        assert!(dec.add_repair(Scheme::Window, first, 8, 0, &symbol).is_empty());
+        assert_eq!((dec.repairs_received, dec.repairs_useless), (1, 1));
+        assert_eq!(dec.held_symbols(), 6, "the six known sources, and no equation waiting");
+        // With one of them unknown it waits for a second equation, or for that source.
+        let mut dec = Decoder::new(64);
+        for seq in (0..8u64).filter(|&s| s != 5) {
+            dec.add_source(seq, source_symbol(&payload(seq), false));
+        }
+        let rebuilt = dec.add_repair(Scheme::Window, first, 8, 0, &symbol);
+        assert_eq!(rebuilt.iter().map(|(seq, _)| *seq).collect::<Vec<_>>(), vec![5]);
+        assert_eq!(dec.repairs_useless, 0);
     }
 
     #[test]

@@ -248,30 +248,38 @@ fn redundancy_is_agreed_in_the_handshake() {
 
 /// The default profile's adaptive code sends no repairs to a bulk transfer on a clean
 /// path, so its receiver copies few packets for them: at the start only the first 32
-/// (against 128 for a peer whose code repairs from the first packet on). A stream still
-/// gets its first messages rebuilt from the repairs sent before anything is measured.
+/// (against 128 for a peer whose code repairs from the first packet on), and once past
+/// them it lets go of those copies. A stream still gets its first messages rebuilt from
+/// the repairs sent before anything is measured.
 #[test]
 fn a_receiver_keeps_few_packets_for_repairs_an_adaptive_peer_has_not_sent() {
     let config = |redundancy| TransportConfig { max_payload: 100, redundancy, controller: ControllerConfig::Fixed(FixedConfig::default().window_packets(64)), ..TransportConfig::default_profile().insecure() };
     let symbol = 100 + 3;
     let adaptive = RedundancyConfig::AdaptiveFec { budget: 0.5, transfers: true };
-    // Bulk: 200 packets' worth written at once, the stream left open (its end drops the decoder).
-    let kept = |redundancy: RedundancyConfig| {
+    // Bulk: `bytes` written at once (100 per packet), the stream left open (its end drops the decoder).
+    let kept = |redundancy: RedundancyConfig, bytes: usize| {
         let mut p = Pair::new(config(redundancy), config(RedundancyConfig::None));
         p.run_until(at(20));
-        p.client.write(&[9u8; 20_000]).unwrap();
+        p.client.write(&vec![9u8; bytes]).unwrap();
         p.run_until(at(1000));
-        assert_eq!(Pair::read_all(p.server()).0.len(), 20_000);
+        assert_eq!(Pair::read_all(p.server()).0.len(), bytes);
         (p.server().repair_state_bytes(), p.client.stats().redundant_packets_sent)
     };
-    let (bulk_kept, bulk_repairs) = kept(adaptive.clone());
+    // Within the first 32 packets each is kept, for a repair that may still come ...
+    let (bulk_kept, bulk_repairs) = kept(adaptive.clone(), 2_000);
     assert_eq!(bulk_repairs, 0, "a clean bulk transfer gets no repairs");
-    assert!(bulk_kept > 0 && bulk_kept <= 32 * symbol, "kept {bulk_kept} bytes, {} packets", bulk_kept / symbol);
+    assert!((20 * symbol..=21 * symbol).contains(&bulk_kept), "kept {bulk_kept} bytes, {} packets", bulk_kept / symbol);
+    // ... and past them the copies are let go, not held for the transfer's life.
+    let (bulk_kept, bulk_repairs) = kept(adaptive.clone(), 20_000);
+    assert_eq!(bulk_repairs, 0);
+    assert_eq!(bulk_kept, 0, "kept {} packets past the first 32", bulk_kept / symbol);
     // A fixed code's receiver keeps what its first repair may cover (one per 250 packets:
-    // none has come yet).
-    let (fixed_kept, fixed_repairs) = kept(RedundancyConfig::Fec(FecCode::Window { window: 250, every: 250 }));
+    // none has come yet), 128 packets, and lets go past them alike.
+    let (fixed_kept, fixed_repairs) = kept(RedundancyConfig::Fec(FecCode::Window { window: 250, every: 250 }), 10_000);
     assert_eq!(fixed_repairs, 0);
-    assert!(fixed_kept > 100 * symbol, "kept {fixed_kept} bytes for a fixed code");
+    assert!(fixed_kept >= 100 * symbol, "kept {fixed_kept} bytes for a fixed code");
+    let (fixed_kept, _) = kept(RedundancyConfig::Fec(FecCode::Window { window: 250, every: 250 }), 20_000);
+    assert_eq!(fixed_kept, 0, "kept {} packets past the first 128", fixed_kept / symbol);
 
     // A stream: one small message every 10 ms, one data packet lost once (the third, or the 29th).
     for lost in [2u32, 28] {
