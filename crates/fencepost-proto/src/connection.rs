@@ -2900,7 +2900,7 @@ impl Connection {
         // Completed where `on_transmit` just wrote it: a copy out and back read the record
         // whole, across fields still on their way to the cache, and stalled the sender
         // (4 % of a simulated transfer's time on that one load).
-        if !retransmission && !self.disassembler.has_new() && in_flight + (self.config.max_datagram() as u64) <= self.sending_window() {
+        if !retransmission && !self.disassembler.has_new() && self.window_lets_more_leave(in_flight) {
             // This packet takes the last of what the application gave, and the window
             // would let more leave: the application limits the flight from this packet on,
             // as the next poll would say. Said before the packet is stamped, so a short
@@ -2961,6 +2961,12 @@ impl Connection {
         Some(departure - self.config.timer_granularity).filter(|&allowed_from| allowed_from > now)
     }
 
+    /// With `in_flight` bytes out, the sending window has room for another full packet:
+    /// having nothing to send then is the application's doing, not the path's.
+    fn window_lets_more_leave(&self, in_flight: u64) -> bool {
+        in_flight + (self.config.max_datagram() as u64) <= self.sending_window()
+    }
+
     /// New data waits to be sent and the peer's window lets it go.
     fn new_data_allowed(&self) -> bool {
         self.disassembler.has_new() && self.flow_control_allows_new()
@@ -2975,7 +2981,7 @@ impl Connection {
                 // The window would let more leave, but the application gave nothing:
                 // rate samples from here on measure the application, not the path.
                 let in_flight = self.disassembler.bytes_in_flight();
-                if in_flight + (self.config.max_datagram() as u64) <= self.sending_window() {
+                if self.window_lets_more_leave(in_flight) {
                     self.delivery.on_app_limited(in_flight);
                     self.redundancy.on_app_limited(now);
                 }
